@@ -1,0 +1,3 @@
+"""trioserve: a PyTorch model server on Trio, wire-compatible with TorchServe."""
+
+__version__ = "0.1.0"
