@@ -1,0 +1,239 @@
+"""The trio runtime (jobs, worker supervisors, model versions) against fake workers."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from trioserve.core.errors import ServeError
+from trioserve.core.messages import BatchReply, LoadSpec, Param, Reply, WorkItem
+from trioserve.core.model_settings import ModelSettings
+from trioserve.core.request import InferenceRequest
+from trioserve.runtime.jobs import JobState
+from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.worker import WorkerSettings, WorkerState
+
+from .fakes import FakeLauncher, FakeProcess
+
+
+def settings(workers: int = 1, queue: int = 10) -> ModelSettings:
+    return ModelSettings(
+        name="m", version="1.0", url="m.mar", handler="h.py", runtime="python", batch_size=1,
+        max_batch_delay=100, min_workers=workers, max_workers=workers, response_timeout=2,
+        startup_timeout=2, job_queue_size=queue, loaded_at_startup=False,
+    )
+
+
+def pool(response_timeout: float = 2.0, startup_timeout: float = 2.0) -> PoolSettings:
+    ids = itertools.count(9000)
+    return PoolSettings(
+        worker=WorkerSettings(
+            load=LoadSpec("m", "1.0", "/nonexistent", "h.py"), cwd=Path("/"),
+            response_timeout=response_timeout, startup_timeout=startup_timeout,
+            stop_grace=0.5, max_frame=1 << 20,
+        ),
+        next_worker_id=lambda: next(ids),
+    )
+
+
+def req(text: str) -> InferenceRequest:
+    return InferenceRequest("m", None, [Param("body", text.encode())])
+
+
+async def result(model: ModelVersion, text: str) -> bytes:
+    job = model.submit(req(text))
+    chunks = [bytes(reply.body) async for reply, _final in job.replies()]
+    return b"|".join(chunks)
+
+
+async def start(nursery: trio.Nursery, launcher: FakeLauncher, workers: int = 1,
+                **pool_kw: float) -> ModelVersion:
+    model = ModelVersion(settings(workers), pool(**pool_kw), launcher)
+    await nursery.start(model.run)
+    await model.scale(workers, workers)
+    await model.wait_settled()
+    return model
+
+
+async def test_request_round_trip_and_clean_stop() -> None:
+    launcher = FakeLauncher()
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, launcher)
+        assert model.ready_workers == 1
+        assert await result(model, "hi") == b"hi"
+        await model.stop(timeout=2)
+        assert model.workers == []
+        nursery.cancel_scope.cancel()
+    assert launcher.processes[0].returncode == 0  # left through SHUTDOWN, not a signal
+    assert launcher.processes[0].signals == []
+
+
+async def test_streaming_replies_arrive_in_order() -> None:
+    async def stream(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        rid = items[0].request_id
+        for i in range(3):
+            await proc.send_reply(BatchReply(batch_id, 200, "", [Reply(rid, b"p%d" % i)], False))
+            await trio.sleep(0.01)
+        await proc.send_reply(BatchReply(batch_id, 200, "", [Reply(rid, b"end")], True))
+
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, FakeLauncher(behaviour=stream))
+        assert await result(model, "x") == b"p0|p1|p2|end"
+        nursery.cancel_scope.cancel()
+
+
+async def test_crash_fails_only_the_inflight_job_and_worker_restarts() -> None:
+    crashed = trio.Event()
+
+    async def crash_once(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        if not crashed.is_set():
+            crashed.set()
+            proc.exit(-9)
+            return
+        await proc.send_reply(BatchReply(batch_id, 200, "", [
+            Reply(items[0].request_id, b"ok")], True))
+
+    launcher = FakeLauncher(behaviour=crash_once)
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, launcher)
+        with pytest.raises(ServeError) as info:
+            await result(model, "boom")
+        assert info.value.status == 507 and "SIGKILL" in info.value.message
+        assert await result(model, "again") == b"ok"
+        assert len(launcher.processes) == 2
+        assert model.workers[0].restarts == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_response_timeout_kills_the_worker_and_fails_the_job() -> None:
+    async def hang(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await trio.sleep_forever()
+
+    launcher = FakeLauncher(behaviour=hang)
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, launcher, response_timeout=0.3)
+        with pytest.raises(ServeError) as info:
+            await result(model, "slow")
+        assert info.value.status == 500
+        assert "response_timeout" in info.value.message
+        assert launcher.processes[0].signals == ["TERM"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_startup_timeout_and_failed_loads_reject_requests_clearly() -> None:
+    launcher = FakeLauncher(load_delay=10)
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, launcher, startup_timeout=0.2)
+        assert model.ready_workers == 0
+        worker = model.workers[0]
+        assert worker.failures == 1
+        assert worker.last_error is not None and "startup_timeout" in worker.last_error
+        with pytest.raises(ServeError) as info:
+            model.submit(req("x"))
+        assert info.value.status == 503 and "startup_timeout" in info.value.message
+        nursery.cancel_scope.cancel()
+
+
+async def test_cancel_while_queued_and_while_running() -> None:
+    release = trio.Event()
+
+    async def slow(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await release.wait()
+        await proc.send_reply(BatchReply(batch_id, 200, "", [
+            Reply(items[0].request_id, b"done")], True))
+
+    launcher = FakeLauncher(behaviour=slow)
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, launcher)
+        running = model.submit(req("a"))
+        queued = model.submit(req("b"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert running.state is JobState.RUNNING and queued.state is JobState.QUEUED
+        queued.cancel()
+        assert len(model.queue) == 0
+        running.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        assert launcher.processes[0].cancelled == [running.request_id]
+        release.set()
+        # the worker is still healthy and serves the next request
+        assert await result(model, "c") == b"done"
+        assert launcher.batches == [[running.request_id], [launcher.batches[1][0]]]
+        nursery.cancel_scope.cancel()
+
+
+async def test_queue_full_is_a_503_naming_the_limit() -> None:
+    async def hang(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(settings(1, queue=2), pool(), FakeLauncher(behaviour=hang))
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        model.submit(req("1"))
+        await trio.testing.wait_all_tasks_blocked()
+        model.submit(req("2"))
+        model.submit(req("3"))
+        with pytest.raises(ServeError) as info:
+            model.submit(req("4"))
+        assert info.value.status == 503 and "job_queue_size" in info.value.message
+        assert info.value.retry_after is not None
+        nursery.cancel_scope.cancel()
+
+
+async def test_scale_down_drains_a_busy_worker_without_failing_its_job() -> None:
+    release = trio.Event()
+
+    async def slow(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await release.wait()
+        await proc.send_reply(BatchReply(batch_id, 200, "", [
+            Reply(items[0].request_id, b"finished")], True))
+
+    launcher = FakeLauncher(behaviour=slow)
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, launcher, workers=2)
+        job = model.submit(req("x"))
+        await trio.testing.wait_all_tasks_blocked()
+        busy = next(w for w in model.workers if w.state is WorkerState.BUSY)
+
+        async def scale_down() -> None:
+            await model.scale(0, 0)
+
+        nursery.start_soon(scale_down)
+        await trio.testing.wait_all_tasks_blocked()
+        assert model.workers == [busy]  # the idle one went first
+        release.set()
+        replies = [bytes(r.body) async for r, _ in job.replies()]
+        assert replies == [b"finished"]
+        with trio.fail_after(2):
+            while model.workers:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+
+
+async def test_shutdown_fails_queued_jobs_clearly() -> None:
+    async def hang(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await trio.sleep_forever()
+
+    launcher = FakeLauncher(behaviour=hang)
+    errors: list[ServeError] = []
+
+    async def client(model: ModelVersion) -> None:
+        try:
+            await result(model, "x")
+        except ServeError as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as outer:
+        async with trio.open_nursery() as nursery:
+            model = await start(nursery, launcher)
+            outer.start_soon(client, model)
+            outer.start_soon(client, model)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+    assert [e.status for e in errors] == [503, 503]
+    assert launcher.processes[0].returncode is not None

@@ -1,0 +1,158 @@
+"""How a model version's settings are decided (sans-IO).
+
+Sources, from strongest to weakest, follow TorchServe (spec §3.1, §6.3):
+
+- ``responseTimeout`` / ``startupTimeout`` in the archive's model-config.yaml win over the
+  register API's values, which win over the server defaults;
+- ``batchSize`` / ``maxBatchDelay``: register API, then model-config.yaml, then the
+  ``models`` server setting, then 1 / 100 ms;
+- workers: model-config.yaml ``minWorkers``/``maxWorkers`` when valid (min > 0, max >= min),
+  else the API's ``initial_workers``, else the server's default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterOptions:
+    """What a register call (or a startup model entry) asked for; None = not given."""
+
+    url: str
+    model_name: str | None = None
+    handler: str | None = None
+    runtime: str | None = None
+    batch_size: int | None = None
+    max_batch_delay: int | None = None
+    initial_workers: int | None = None
+    response_timeout: int | None = None
+    startup_timeout: int | None = None
+    synchronous: bool = True
+    loaded_at_startup: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class YamlSettings:
+    """The subset of model-config.yaml that decides settings (None = not set)."""
+
+    min_workers: int | None = None
+    max_workers: int | None = None
+    batch_size: int | None = None
+    max_batch_delay: int | None = None
+    response_timeout: int | None = None
+    startup_timeout: int | None = None
+    job_queue_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerDefaults:
+    default_workers: int
+    job_queue_size: int
+    response_timeout: int
+    startup_timeout: int
+    models_setting: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    name: str
+    version: str
+    url: str
+    handler: str
+    runtime: str
+    batch_size: int
+    max_batch_delay: int
+    min_workers: int
+    max_workers: int
+    response_timeout: int
+    startup_timeout: int
+    job_queue_size: int
+    loaded_at_startup: bool
+
+
+def _models_setting(defaults: ServerDefaults, name: str, version: str) -> dict[str, Any]:
+    entry = defaults.models_setting.get(name)
+    if not isinstance(entry, dict):
+        return {}
+    per_version = entry.get(version)
+    return per_version if isinstance(per_version, dict) else {}
+
+
+def _first(*values: int | None, default: int) -> int:
+    for value in values:
+        if value is not None:
+            return value
+    return default
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def decide(
+    *,
+    name: str,
+    version: str,
+    handler: str,
+    runtime: str,
+    options: RegisterOptions,
+    yaml: YamlSettings,
+    defaults: ServerDefaults,
+) -> ModelSettings:
+    server_model = _models_setting(defaults, name, version)
+    batch_size = _first(
+        options.batch_size if options.batch_size else None,
+        yaml.batch_size,
+        _int_or_none(server_model.get("batchSize")),
+        default=1,
+    )
+    max_batch_delay = _first(
+        options.max_batch_delay if options.max_batch_delay else None,
+        yaml.max_batch_delay,
+        _int_or_none(server_model.get("maxBatchDelay")),
+        default=100,
+    )
+    response_timeout = _first(
+        yaml.response_timeout,
+        options.response_timeout if options.response_timeout else None,
+        _int_or_none(server_model.get("responseTimeout")),
+        default=defaults.response_timeout,
+    )
+    startup_timeout = _first(
+        yaml.startup_timeout,
+        options.startup_timeout if options.startup_timeout else None,
+        _int_or_none(server_model.get("startupTimeout")),
+        default=defaults.startup_timeout,
+    )
+    if (
+        yaml.min_workers is not None
+        and yaml.max_workers is not None
+        and yaml.min_workers > 0
+        and yaml.max_workers >= yaml.min_workers
+    ):
+        min_workers, max_workers = yaml.min_workers, yaml.max_workers
+    else:
+        workers = _first(
+            options.initial_workers,
+            _int_or_none(server_model.get("minWorkers")),
+            default=defaults.default_workers,
+        )
+        min_workers = max_workers = max(0, workers)
+    job_queue_size = yaml.job_queue_size if yaml.job_queue_size else defaults.job_queue_size
+    return ModelSettings(
+        name=name,
+        version=version,
+        url=options.url,
+        handler=handler,
+        runtime=runtime,
+        batch_size=max(1, batch_size),
+        max_batch_delay=max(0, max_batch_delay),
+        min_workers=min_workers,
+        max_workers=max_workers,
+        response_timeout=max(1, response_timeout),
+        startup_timeout=max(1, startup_timeout),
+        job_queue_size=max(1, job_queue_size),
+        loaded_at_startup=options.loaded_at_startup,
+    )

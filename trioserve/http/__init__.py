@@ -1,0 +1,1 @@
+"""The HTTP side: Quart-trio apps served by hypercorn's trio worker."""

@@ -1,0 +1,82 @@
+"""What every TorchServe-style HTTP app shares: error bodies and response headers."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from quart import Response
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
+
+from trioserve.core import errors
+from trioserve.core.errors import ServeError
+
+log = logging.getLogger("trioserve.http")
+
+# Sent on every frontend response, as TorchServe does.
+NO_CACHE_HEADERS = {
+    "Pragma": "no-cache",
+    "Cache-Control": "no-cache; no-store, must-revalidate, private",
+    "Expires": "Thu, 01 Jan 1970 00:00:00 UTC",
+}
+
+
+def json_text(payload: Any) -> str:
+    """TorchServe's JSON style: 2-space indent, no ASCII escaping, trailing newline."""
+    return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+
+
+def json_response(payload: Any, status: int = 200, request_id: str | None = None) -> Response:
+    response = Response(json_text(payload), status=status, content_type="application/json")
+    response.headers.update(NO_CACHE_HEADERS)
+    if request_id is not None:
+        response.headers["x-request-id"] = request_id
+    return response
+
+
+def error_response(error: ServeError, request_id: str | None = None) -> Response:
+    response = json_response(error.body(), error.status, request_id)
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(error.retry_after)
+    return response
+
+
+def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
+    """Map framework errors and unexpected exceptions to TorchServe error bodies."""
+
+    @app.errorhandler(ServeError)
+    async def _serve_error(error: ServeError) -> Response:
+        return error_response(error)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(error: HTTPException) -> Response:
+        if isinstance(error, NotFound):
+            return error_response(errors.resource_not_found())
+        if isinstance(error, MethodNotAllowed):
+            return error_response(errors.method_not_allowed())
+        if isinstance(error, RequestEntityTooLarge):
+            return error_response(errors.request_too_large(max_request_size))
+        code = error.code or 500
+        return error_response(
+            ServeError(code, "BadRequestException" if code < 500 else "InternalServerException",
+                       error.description or error.name)
+        )
+
+    @app.errorhandler(Exception)
+    async def _unexpected(error: Exception) -> Response:
+        log.exception("unexpected error while handling a request")
+        return error_response(
+            ServeError(500, "InternalServerException", f"{type(error).__name__}: {error}")
+        )
+
+
+def new_app(name: str, max_request_size: int) -> QuartTrio:
+    app = QuartTrio(name)
+    app.config["MAX_CONTENT_LENGTH"] = max_request_size
+    app.config["RESPONSE_TIMEOUT"] = None  # streams may run long; the model has its own timeout
+    app.config["BODY_TIMEOUT"] = 60
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    install_error_handlers(app, max_request_size)
+    return app

@@ -1,0 +1,1 @@
+"""The trio side of trioserve: supervisor, model manager, worker pool."""

@@ -1,0 +1,108 @@
+"""Starting worker processes.
+
+The worker supervisor does not spawn processes itself: it asks a :class:`Launcher`. The real
+one starts ``python -m trioserve.worker`` on one end of a Unix socket pair; tests use fake
+launchers that run a worker in-process over a memory stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+log = logging.getLogger("trioserve.worker")
+
+
+class WorkerProcess(Protocol):
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Launched:
+    stream: trio.abc.Stream
+    process: WorkerProcess
+
+
+class Launcher(Protocol):
+    async def launch(self, name: str, cwd: Path, nursery: trio.Nursery) -> Launched:
+        """Start one worker. Helper tasks (output pumps) go in ``nursery``."""
+        ...
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+async def _pump_lines(stream: trio.abc.ReceiveStream, name: str, level: int) -> None:
+    logger = logging.getLogger(f"trioserve.worker.{name}")
+    pending = b""
+    async for chunk in stream:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            logger.log(level, "%s", line.decode(errors="replace").rstrip())
+    if pending:
+        logger.log(level, "%s", pending.decode(errors="replace").rstrip())
+
+
+class SubprocessLauncher:
+    """Runs ``python -m trioserve.worker --fd N`` with one end of a socket pair."""
+
+    def __init__(self, env: Mapping[str, str], python: str = sys.executable) -> None:
+        self._env = dict(env)
+        self._python = python
+
+    async def launch(self, name: str, cwd: Path, nursery: trio.Nursery) -> Launched:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            env = dict(self._env)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(cwd), env.get("PYTHONPATH", "")) if p
+            )
+            env["TRIOSERVE_WORKER_NAME"] = name
+            process = await trio.lowlevel.open_process(
+                [self._python, "-m", "trioserve.worker", "--fd", str(child.fileno())],
+                pass_fds=(child.fileno(),),
+                cwd=str(cwd),
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except BaseException:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        assert process.stdout is not None and process.stderr is not None
+        nursery.start_soon(_pump_lines, process.stdout, name, logging.INFO)
+        nursery.start_soon(_pump_lines, process.stderr, name, logging.WARNING)
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(parent))
+        return Launched(stream, process)

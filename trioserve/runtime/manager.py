@@ -1,0 +1,292 @@
+"""The model manager: the registry of running model versions and their lifetimes."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from trioserve import archive
+from trioserve.core import errors
+from trioserve.core.messages import LoadSpec
+from trioserve.core.model_settings import (
+    ModelSettings,
+    RegisterOptions,
+    ServerDefaults,
+    YamlSettings,
+    decide,
+)
+from trioserve.core.registry import Registry
+from trioserve.core.request import InferenceRequest
+from trioserve.runtime.jobs import Job
+from trioserve.runtime.launcher import Launcher
+from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.worker import WorkerSettings
+
+log = logging.getLogger("trioserve.runtime.manager")
+
+RUNTIMES = ("python", "python3")
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSettings:
+    model_store: Path | None
+    work_root: Path
+    defaults: ServerDefaults
+    stop_grace: float
+    max_response_size: int
+    max_unpacked_bytes: int
+    unregister_timeout: float
+
+
+@dataclass(slots=True)
+class Entry:
+    model: ModelVersion
+    loaded: archive.LoadedArchive
+    scope: trio.CancelScope
+
+
+class ModelManager:
+    def __init__(self, settings: ManagerSettings, launcher: Launcher) -> None:
+        self.settings = settings
+        self._launcher = launcher
+        self.registry: Registry[Entry] = Registry()
+        self._nursery: trio.Nursery | None = None
+        self._worker_ids = itertools.count(9000)
+        self._lock = trio.Lock()
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[ModelManager] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started(self)
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            for _name, _version, entry in list(self.registry):
+                _cleanup(entry.loaded)
+
+    # -- lookups ---------------------------------------------------------------------
+
+    def get(self, name: str, version: str | None = None) -> ModelVersion:
+        return self.registry.get(name, version).model
+
+    def submit(self, request: InferenceRequest) -> Job:
+        return self.get(request.model, request.version).submit(request)
+
+    def healthy(self) -> bool:
+        return all(entry.model.healthy for _n, _v, entry in self.registry)
+
+    # -- registration ----------------------------------------------------------------
+
+    async def register(self, options: RegisterOptions) -> ModelVersion:
+        """Load an archive and start its workers.
+
+        With ``options.synchronous`` this returns once every worker is serving or has
+        failed once; a model whose workers all fail to load is rolled back (unregistered)
+        and the error says why.
+        """
+        if self.settings.model_store is None:
+            raise errors.bad_request("No model store is configured (use --model-store).")
+        source = archive.resolve_url(self.settings.model_store, options.url)
+        loaded = await trio.to_thread.run_sync(self._unpack, source)
+        try:
+            model = await self._start(options, loaded)
+        except BaseException:
+            _cleanup(loaded)
+            raise
+        if options.synchronous:
+            await model.wait_settled()
+            if model.min_workers > 0 and model.ready_workers == 0:
+                reason = next(
+                    (w.last_error for w in model.workers if w.last_error), "unknown error"
+                )
+                await self.unregister(model.name, model.version)
+                raise errors.ServeError(
+                    500,
+                    "InternalServerException",
+                    f"Failed to start workers for model {model.name} version: "
+                    f"{model.version}: {reason}",
+                )
+        return model
+
+    def _unpack(self, source: Path) -> archive.LoadedArchive:
+        return archive.unpack_archive(
+            source,
+            self.settings.work_root,
+            max_unpacked_bytes=self.settings.max_unpacked_bytes,
+        )
+
+    async def _start(self, options: RegisterOptions, loaded: archive.LoadedArchive) -> ModelVersion:
+        manifest = loaded.manifest
+        name = options.model_name or manifest.model_name or _stem(loaded.source)
+        version = manifest.model_version or "1.0"
+        handler = options.handler or manifest.handler
+        if not handler:
+            raise errors.bad_request(
+                f"Model {name} has no handler: give one in the manifest or the register call."
+            )
+        runtime = options.runtime or manifest.runtime or "python"
+        if runtime not in RUNTIMES:
+            raise errors.bad_request(
+                f"Invalid runtime: {runtime}. trioserve runs Python handlers ({', '.join(RUNTIMES)})."
+            )
+        cfg = loaded.config
+        settings = decide(
+            name=name,
+            version=version,
+            handler=handler,
+            runtime=runtime,
+            options=options,
+            yaml=YamlSettings(
+                min_workers=cfg.min_workers,
+                max_workers=cfg.max_workers,
+                batch_size=cfg.batch_size,
+                max_batch_delay=cfg.max_batch_delay,
+                response_timeout=cfg.response_timeout,
+                startup_timeout=cfg.startup_timeout,
+                job_queue_size=cfg.job_queue_size,
+            ),
+            defaults=self.settings.defaults,
+        )
+        model = ModelVersion(settings, self._pool(settings, loaded), self._launcher)
+        async with self._lock:
+            scope = trio.CancelScope()
+            self.registry.add(name, version, Entry(model, loaded, scope))
+        assert self._nursery is not None, "ModelManager.run() is not running"
+        await self._nursery.start(_run_in_scope, model, scope)
+        await model.scale(settings.min_workers, settings.max_workers)
+        log.info(
+            "registered model %s version %s with %d workers", name, version, settings.min_workers
+        )
+        return model
+
+    def _pool(self, settings: ModelSettings, loaded: archive.LoadedArchive) -> PoolSettings:
+        load = LoadSpec(
+            model_name=settings.name,
+            model_version=settings.version,
+            model_dir=str(loaded.model_dir),
+            handler=settings.handler,
+            batch_size=settings.batch_size,
+            envelope=loaded.manifest.envelope,
+            manifest=loaded.manifest.raw or None,
+            model_yaml_config=dict(loaded.config.raw),
+        )
+        max_frame = self.settings.max_response_size * settings.batch_size + (1 << 20)
+        worker = WorkerSettings(
+            load=load,
+            cwd=loaded.model_dir,
+            response_timeout=settings.response_timeout,
+            startup_timeout=settings.startup_timeout,
+            stop_grace=self.settings.stop_grace,
+            max_frame=max_frame,
+            batch_size=settings.batch_size,
+        )
+        return PoolSettings(worker=worker, next_worker_id=lambda: next(self._worker_ids))
+
+    async def unregister(self, name: str, version: str | None = None) -> None:
+        async with self._lock:
+            target = self.registry.check_removable(name, version)
+            entry = self.registry.remove(name, target)
+        try:
+            await entry.model.stop(self.settings.unregister_timeout)
+        finally:
+            entry.scope.cancel()
+            await trio.to_thread.run_sync(_cleanup, entry.loaded)
+
+    async def load_startup_models(self, entries: tuple[str, ...], workers: int) -> list[str]:
+        """Register ``load_models`` entries; returns the problems (one line each)."""
+        problems: list[str] = []
+        for name, url in expand_load_models(entries, self.settings.model_store):
+            options = RegisterOptions(
+                url=url,
+                model_name=name,
+                initial_workers=workers,
+                synchronous=False,
+                loaded_at_startup=True,
+            )
+            try:
+                await self.register(options)
+            except (errors.ServeError, archive.ArchiveError) as exc:
+                problems.append(f"{url}: {exc}")
+        return problems
+
+
+async def _run_in_scope(
+    model: ModelVersion,
+    scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with scope:
+        await model.run(task_status=task_status)
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".mar", ".tar.gz", ".tgz"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _cleanup(loaded: archive.LoadedArchive) -> None:
+    if loaded.extracted:
+        shutil.rmtree(loaded.model_dir, ignore_errors=True)
+
+
+ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz")
+
+
+def expand_load_models(
+    entries: tuple[str, ...], model_store: Path | None
+) -> list[tuple[str | None, str]]:
+    """``load_models`` entries as (name override, url) pairs; ``all`` = everything in the store."""
+    result: list[tuple[str | None, str]] = []
+    for raw in entries:
+        for entry in (e.strip() for e in raw.split(",")):
+            if not entry:
+                continue
+            if entry == "all":
+                if model_store is not None and model_store.is_dir():
+                    for path in sorted(model_store.iterdir()):
+                        if path.name.endswith(ARCHIVE_SUFFIXES) or (
+                            path.is_dir() and (path / "MAR-INF" / "MANIFEST.json").is_file()
+                        ):
+                            result.append((None, path.name))
+                continue
+            name, sep, url = entry.partition("=")
+            result.append((name.strip(), url.strip()) if sep else (None, entry))
+    return result
+
+
+def worker_environment(
+    base: Mapping[str, str],
+    *,
+    blacklist: str | None,
+    decode_input_request: bool,
+    sequence_headers: tuple[str, str, str],
+) -> dict[str, str]:
+    """The environment every worker process starts with."""
+    env = dict(base)
+    if blacklist:
+        pattern = re.compile(blacklist)
+        env = {k: v for k, v in env.items() if not pattern.fullmatch(k)}
+    env["TS_DECODE_INPUT_REQUEST"] = "true" if decode_input_request else "false"
+    seq_id, seq_start, seq_end = sequence_headers
+    env["TS_REQUEST_SEQUENCE_ID"] = seq_id
+    env["TS_REQUEST_SEQUENCE_START"] = seq_start
+    env["TS_REQUEST_SEQUENCE_END"] = seq_end
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+__all__ = ["ManagerSettings", "ModelManager", "expand_load_models", "worker_environment"]

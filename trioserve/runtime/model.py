@@ -1,0 +1,149 @@
+"""One registered model version at run time: its job queue and its pool of workers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from trioserve.core import errors
+from trioserve.core.model_settings import ModelSettings
+from trioserve.core.request import InferenceRequest
+from trioserve.runtime.jobs import Job, JobQueue
+from trioserve.runtime.launcher import Launcher
+from trioserve.runtime.worker import Worker, WorkerSettings, WorkerState
+
+log = logging.getLogger("trioserve.runtime.model")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """Per-worker settings shared by every worker of this model version."""
+
+    worker: WorkerSettings
+    next_worker_id: Callable[[], int]
+
+
+class ModelVersion:
+    def __init__(self, settings: ModelSettings, pool: PoolSettings, launcher: Launcher) -> None:
+        self.settings = settings
+        self.min_workers = settings.min_workers
+        self.max_workers = settings.max_workers
+        self.queue = JobQueue(settings.job_queue_size)
+        self.workers: list[Worker] = []
+        self._pool = pool
+        self._launcher = launcher
+        self._nursery: trio.Nursery | None = None
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def version(self) -> str:
+        return self.settings.version
+
+    # -- lifetime --------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._closed = True
+            self.queue.close(errors.shutting_down())
+
+    async def stop(self, timeout: float) -> None:
+        """Stop taking jobs, let running batches finish (up to ``timeout``), stop workers."""
+        self._closed = True
+        self.queue.close(
+            errors.ServeError(
+                503,
+                "ServiceUnavailableException",
+                f'Model "{self.name}" version {self.version} was unregistered.',
+            )
+        )
+        await self._remove_workers(list(self.workers), timeout)
+
+    # -- workers ---------------------------------------------------------------------
+
+    async def scale(self, min_workers: int, max_workers: int) -> None:
+        """Start or drain workers so that ``min_workers`` run. Returns once started/drained."""
+        self.min_workers, self.max_workers = min_workers, max_workers
+        live = [w for w in self.workers if w.state is not WorkerState.STOPPED]
+        if len(live) < min_workers:
+            for _ in range(min_workers - len(live)):
+                await self._add_worker()
+        elif len(live) > min_workers:
+            # Idle workers go first, so busy ones finish their batch undisturbed.
+            live.sort(key=lambda w: w.state is WorkerState.BUSY)
+            await self._remove_workers(live[: len(live) - min_workers], timeout=None)
+
+    async def _add_worker(self) -> None:
+        assert self._nursery is not None, "ModelVersion.run() is not running"
+        worker_id = self._pool.next_worker_id()
+        name = f"W-{worker_id}-{self.name}_{self.version}"
+        worker = Worker(worker_id, name, self._pool.worker, self.queue, self._launcher)
+        self.workers.append(worker)
+        await self._nursery.start(self._run_worker, worker)
+
+    async def _run_worker(
+        self, worker: Worker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        try:
+            await worker.run(task_status=task_status)
+        finally:
+            if worker in self.workers:
+                self.workers.remove(worker)
+
+    async def _remove_workers(self, workers: list[Worker], timeout: float | None) -> None:
+        for worker in workers:
+            worker.request_stop()
+        with trio.move_on_after(timeout if timeout is not None else float("inf")):
+            for worker in workers:
+                while worker.state is not WorkerState.STOPPED:
+                    await worker.wait_state_change()
+
+    async def wait_settled(self) -> None:
+        """Wait until each worker is serving or has failed once."""
+        for worker in list(self.workers):
+            await worker.wait_settled()
+
+    # -- requests --------------------------------------------------------------------
+
+    @property
+    def ready_workers(self) -> int:
+        return sum(1 for w in self.workers if w.serving)
+
+    @property
+    def healthy(self) -> bool:
+        return self.min_workers == 0 or self.ready_workers > 0
+
+    def submit(self, request: InferenceRequest) -> Job:
+        if self._closed:
+            raise errors.shutting_down()
+        if not self.workers:
+            raise errors.no_worker(
+                self.name,
+                self.version,
+                "it has no workers. Use the scale workers API to add workers "
+                f"(PUT /models/{self.name}?min_worker=1).",
+            )
+        if self.ready_workers == 0 and all(w.failures > 0 for w in self.workers):
+            last = next((w.last_error for w in self.workers if w.last_error), "unknown error")
+            raise errors.no_worker(
+                self.name,
+                self.version,
+                f"no worker is ready; the last worker failure was: {last}",
+            )
+        job = Job(request)
+        self.queue.put(
+            job,
+            lambda: errors.queue_full(self.name, self.version, self.queue.capacity),
+        )
+        return job

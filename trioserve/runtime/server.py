@@ -1,0 +1,143 @@
+"""The supervisor: one trio.run, one root nursery, every service started inside it.
+
+Nursery tree::
+
+    serve()
+     └─ root nursery
+         ├─ model manager (its own nursery: one per model version, one task per worker)
+         └─ listeners nursery
+              ├─ signal watcher (SIGTERM/SIGINT -> drain)
+              └─ HTTP inference app on hypercorn
+
+Shutdown: the first SIGTERM/SIGINT (or ``shutdown`` being set) stops the listeners from
+accepting; in-flight requests get up to ``shutdown_grace_seconds`` to finish. Then the model
+manager is cancelled, and each worker supervisor stops its process (SHUTDOWN frame, SIGTERM,
+grace, SIGKILL) in a shielded scope. A second signal skips the drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from trioserve.config import ServerConfig
+from trioserve.core.model_settings import ServerDefaults
+from trioserve.http.inference import create_inference_app
+from trioserve.http.serve import serve_app
+from trioserve.runtime.launcher import Launcher, SubprocessLauncher
+from trioserve.runtime.manager import ManagerSettings, ModelManager, worker_environment
+
+log = logging.getLogger("trioserve.server")
+
+
+@dataclass(slots=True)
+class ServerInfo:
+    """What a started server reports: where it listens and what went wrong at start-up."""
+
+    inference: list[str]
+    manager: ModelManager
+    problems: list[str] = field(default_factory=list)
+
+
+def startup_workers(config: ServerConfig) -> int:
+    return config.default_workers_per_model or (os.cpu_count() or 1)
+
+
+def make_launcher(config: ServerConfig) -> SubprocessLauncher:
+    env = worker_environment(
+        os.environ,
+        blacklist=config.blacklist_env_vars,
+        decode_input_request=config.decode_input_request,
+        sequence_headers=(
+            config.ts_header_key_sequence_id,
+            config.ts_header_key_sequence_start,
+            config.ts_header_key_sequence_end,
+        ),
+    )
+    return SubprocessLauncher(env)
+
+
+def manager_settings(config: ServerConfig, work_root: Path) -> ManagerSettings:
+    return ManagerSettings(
+        model_store=config.model_store,
+        work_root=work_root,
+        defaults=ServerDefaults(
+            default_workers=config.default_workers_per_model,
+            job_queue_size=config.job_queue_size,
+            response_timeout=config.default_response_timeout,
+            startup_timeout=config.default_startup_timeout,
+            models_setting=dict(config.models),
+        ),
+        stop_grace=config.worker_stop_grace_seconds,
+        max_response_size=config.max_response_size,
+        max_unpacked_bytes=config.max_unpacked_archive_bytes,
+        unregister_timeout=config.unregister_model_timeout,
+    )
+
+
+async def _watch_signals(shutdown: trio.Event, force: Callable[[], None]) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            if not shutdown.is_set():
+                log.info("%s received: draining", signal.Signals(signum).name)
+                shutdown.set()
+            else:
+                log.warning("second signal: stopping without waiting for requests")
+                force()
+
+
+async def serve(
+    config: ServerConfig,
+    *,
+    launcher: Launcher | None = None,
+    shutdown: trio.Event | None = None,
+    handle_signals: bool = True,
+    task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the server until shutdown. ``task_status.started`` fires once it is ready."""
+    shutdown = shutdown or trio.Event()
+    launcher = launcher or make_launcher(config)
+    work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
+    try:
+        async with trio.open_nursery() as root:
+            manager: ModelManager = await root.start(
+                ModelManager(manager_settings(config, work_root), launcher).run
+            )
+            problems = await manager.load_startup_models(
+                config.load_models, startup_workers(config)
+            )
+            for problem in problems:
+                log.error("startup model not loaded: %s", problem)
+            with trio.move_on_after(max(config.default_startup_timeout, 1)):
+                for _name, _version, entry in manager.registry:
+                    await entry.model.wait_settled()
+            if handle_signals:
+                root.start_soon(_watch_signals, shutdown, root.cancel_scope.cancel)
+            async with trio.open_nursery() as listeners:
+                app = create_inference_app(manager, max_request_size=config.max_request_size)
+                bound = await listeners.start(
+                    partial(
+                        serve_app,
+                        app,
+                        config.inference_address,
+                        shutdown_trigger=shutdown.wait,
+                        graceful_timeout=config.shutdown_grace_seconds,
+                    )
+                )
+                task_status.started(ServerInfo(inference=bound, manager=manager, problems=problems))
+                log.info("trioserve ready: inference API on %s", ", ".join(bound))
+            # Every listener has stopped accepting and drained its requests.
+            log.info("listeners closed; stopping workers")
+            root.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+        log.info("trioserve stopped")

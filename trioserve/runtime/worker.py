@@ -1,0 +1,347 @@
+"""One worker: a supervisor task that owns one worker process at a time.
+
+The supervisor starts the process, loads the model (bounded by ``startup_timeout``), then
+takes jobs from the model's queue, sends them as a BATCH frame and routes the RESPONSE
+frames back to the jobs (bounded by ``response_timeout``). When the process dies, hangs or
+breaks the protocol, exactly the jobs that were sent to it fail with a clear error; jobs
+taken from the queue but not yet sent go back to the front of the queue. Then the process
+is restarted after a back-off. Nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import enum
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from trioserve.core import errors
+from trioserve.core.backoff import Backoff
+from trioserve.core.errors import ServeError
+from trioserve.core.frames import Frame, FrameError, Kind, encode
+from trioserve.core.messages import (
+    LoadSpec,
+    decode_reply,
+    encode_batch,
+    encode_cancel,
+    encode_load,
+)
+from trioserve.runtime.connection import WorkerConnection
+from trioserve.runtime.jobs import Job, JobQueue, JobState
+from trioserve.runtime.launcher import Launcher, WorkerProcess, describe_exit
+
+log = logging.getLogger("trioserve.runtime.worker")
+
+
+class WorkerState(enum.Enum):
+    STARTING = "STARTING"
+    READY = "READY"
+    BUSY = "BUSY"
+    BACKOFF = "BACKOFF"
+    STOPPING = "UNLOADING"
+    STOPPED = "STOPPED"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    load: LoadSpec
+    cwd: Path
+    response_timeout: float
+    startup_timeout: float
+    stop_grace: float
+    max_frame: int
+    batch_size: int = 1
+
+
+class WorkerFailure(Exception):
+    """The worker process failed; ``error`` is what its in-flight jobs get."""
+
+    def __init__(self, error: ServeError, *, detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+        self.detail = detail
+
+
+class Worker:
+    def __init__(
+        self,
+        worker_id: int,
+        name: str,
+        settings: WorkerSettings,
+        queue: JobQueue,
+        launcher: Launcher,
+    ) -> None:
+        self.id = worker_id
+        self.name = name
+        self.settings = settings
+        self._queue = queue
+        self._launcher = launcher
+        self.state = WorkerState.STARTING
+        self.pid: int | None = None
+        self.start_time: dt.datetime | None = None
+        self.last_error: str | None = None
+        self.failures = 0
+        self.restarts = 0
+        self._stop_requested = False
+        self._idle_scope: trio.CancelScope | None = None
+        self._inflight: dict[str, Job] = {}
+        self._state_changed = trio.Event()
+        self._cancel_send, self._cancel_recv = trio.open_memory_channel[str](math.inf)
+        self._batch_id = 0
+        self._wake_backoff = trio.CancelScope()
+
+    # -- observation -----------------------------------------------------------------
+
+    @property
+    def serving(self) -> bool:
+        return self.state in (WorkerState.READY, WorkerState.BUSY)
+
+    def _set_state(self, state: WorkerState) -> None:
+        self.state = state
+        self._state_changed.set()
+        self._state_changed = trio.Event()
+
+    async def wait_settled(self) -> None:
+        """Wait until the worker is serving, or has failed at least once since creation."""
+        while not self.serving and self.failures == 0 and self.state is not WorkerState.STOPPED:
+            await self._state_changed.wait()
+
+    async def wait_state_change(self) -> None:
+        """Wait for the next state change."""
+        await self._state_changed.wait()
+
+    # -- control ---------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Finish the batch in hand (if any), then stop the process and end :meth:`run`."""
+        self._stop_requested = True
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+        if self.state is WorkerState.BACKOFF or self.state is WorkerState.STARTING:
+            self._set_state(self.state)  # wake waiters
+        self._wake_backoff.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        backoff = Backoff()
+        task_status.started()
+        try:
+            while not self._stop_requested:
+                began = trio.current_time()
+                try:
+                    await self._run_process()
+                except WorkerFailure as failure:
+                    self.failures += 1
+                    self.last_error = failure.detail
+                    log.warning("worker %s failed: %s", self.name, failure.detail)
+                if self._stop_requested:
+                    break
+                backoff.record_uptime(trio.current_time() - began)
+                delay = backoff.next_delay()
+                self._set_state(WorkerState.BACKOFF)
+                if delay:
+                    log.info("restarting worker %s in %.0f s", self.name, delay)
+                self._wake_backoff = trio.CancelScope()
+                with self._wake_backoff:
+                    await trio.sleep(delay)
+                self.restarts += 1
+        finally:
+            self._set_state(WorkerState.STOPPED)
+
+    # -- one process lifetime --------------------------------------------------------
+
+    async def _run_process(self) -> None:
+        self._set_state(WorkerState.STARTING)
+        self.pid = None
+        conn: WorkerConnection | None = None
+        process: WorkerProcess | None = None
+        failure: WorkerFailure | None = None
+        async with trio.open_nursery() as nursery:
+            try:
+                launched = await self._launcher.launch(self.name, self.settings.cwd, nursery)
+                process = launched.process
+                self.pid = process.pid
+                self.start_time = dt.datetime.now()
+                conn = WorkerConnection(launched.stream, self.settings.max_frame)
+                await self._load(conn, process)
+                nursery.start_soon(self._send_cancels, conn)
+                await self._serve(conn, process)
+            except WorkerFailure as exc:
+                failure = exc
+            except FrameError as exc:
+                failure = WorkerFailure(
+                    errors.worker_died("The worker sent a malformed or oversized frame."),
+                    detail=f"protocol error: {exc}",
+                )
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                error = await self._died_error(process)
+                failure = WorkerFailure(error, detail=f"connection lost ({exc}): {error}")
+            except OSError as exc:
+                failure = WorkerFailure(
+                    errors.worker_died(), detail=f"could not start the worker: {exc}"
+                )
+            finally:
+                # Stop the process while its output pumps still run, whatever happened.
+                with trio.CancelScope(shield=True):
+                    self._set_state(WorkerState.STOPPING)
+                    if process is not None:
+                        await self._stop_process(process, conn, graceful=failure is None)
+                    if conn is not None:
+                        await conn.aclose()
+                    if self._inflight:
+                        self._fail_inflight(
+                            failure.error if failure is not None else errors.shutting_down()
+                        )
+                nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _died_error(self, process: WorkerProcess | None) -> ServeError:
+        if process is None:
+            return errors.worker_died()
+        with trio.move_on_after(1):
+            await process.wait()
+        how = describe_exit(process.returncode)
+        if process.returncode in (-9, 137):
+            return errors.worker_killed_oom(f"The worker process was {how} (out of memory?).")
+        return errors.worker_died(f"The worker process {how}.")
+
+    async def _load(self, conn: WorkerConnection, process: WorkerProcess) -> None:
+        timeout = self.settings.startup_timeout
+        frame: Frame | None = None
+        with trio.move_on_after(timeout) as scope:
+            await conn.send(encode_load(self.settings.load))
+            while True:
+                frame = await conn.receive()
+                if frame is None:
+                    error = await self._died_error(process)
+                    raise WorkerFailure(error, detail=f"model load failed: {error.message}")
+                if frame.kind is Kind.LOAD_RESULT:
+                    break
+        if scope.cancelled_caught or frame is None:
+            raise WorkerFailure(
+                errors.worker_died(),
+                detail=f"model load did not finish within startup_timeout ({timeout:g} s)",
+            )
+        code = frame.meta.get("code")
+        message = str(frame.meta.get("message", ""))
+        if code != 200:
+            raise WorkerFailure(
+                errors.worker_died(), detail=f"model load failed ({code}): {message}"
+            )
+
+    async def _send_cancels(self, conn: WorkerConnection) -> None:
+        # A broken connection is noticed (and reported) by the serving loop.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            async for request_id in self._cancel_recv:
+                await conn.send(encode_cancel([request_id]))
+
+    def _on_job_cancel(self, job: Job) -> None:
+        self._inflight.pop(job.request_id, None)
+        self._cancel_send.send_nowait(job.request_id)
+
+    async def _take_batch(self) -> list[Job]:
+        self._idle_scope = trio.CancelScope()
+        try:
+            with self._idle_scope:
+                first = await self._queue.get()
+                batch = [first]
+                while len(batch) < self.settings.batch_size:
+                    job = self._queue.get_nowait()
+                    if job is None:
+                        break
+                    batch.append(job)
+                return batch
+            return []
+        finally:
+            self._idle_scope = None
+
+    async def _serve(self, conn: WorkerConnection, process: WorkerProcess) -> None:
+        self.failures = 0
+        while not self._stop_requested:
+            self._set_state(WorkerState.READY)
+            batch = await self._take_batch()
+            if not batch:
+                continue
+            self._set_state(WorkerState.BUSY)
+            for job in batch:
+                job.start(self._on_job_cancel)
+                self._inflight[job.request_id] = job
+            self._batch_id += 1
+            try:
+                await conn.send(encode_batch(self._batch_id, [j.request.work_item() for j in batch]))
+            except BaseException:
+                # Never reached the worker: give the jobs back, in order, to the queue.
+                for job in reversed(batch):
+                    if job.state is JobState.RUNNING:
+                        self._inflight.pop(job.request_id, None)
+                        self._queue.put_front(job)
+                raise
+            await self._collect(conn, process)
+
+    async def _collect(self, conn: WorkerConnection, process: WorkerProcess) -> None:
+        timeout = self.settings.response_timeout
+        pending = set(self._inflight)
+        with trio.move_on_after(timeout) as scope:
+            while pending:
+                frame = await conn.receive()
+                if frame is None:
+                    error = await self._died_error(process)
+                    raise WorkerFailure(error, detail=error.message)
+                if frame.kind is not Kind.RESPONSE:
+                    continue
+                reply = decode_reply(frame)
+                if reply.batch_id != self._batch_id:
+                    continue
+                if reply.code != 200:
+                    self._fail_inflight(errors.prediction_failed(reply.code, reply.message))
+                    return
+                for item in reply.replies:
+                    job = self._inflight.get(item.request_id)
+                    if job is not None:
+                        job.deliver(item, final=reply.final)
+                    if reply.final:
+                        self._inflight.pop(item.request_id, None)
+                        pending.discard(item.request_id)
+                if reply.final:
+                    missing = [self._inflight.pop(r) for r in list(pending) if r in self._inflight]
+                    for job in missing:
+                        job.fail(errors.prediction_failed(503, "number of batch response mismatched"))
+                    return
+        if scope.cancelled_caught:
+            raise WorkerFailure(
+                errors.worker_died(
+                    f"The request exceeded response_timeout ({timeout:g} s); "
+                    "the worker was restarted."
+                ),
+                detail=f"a batch exceeded response_timeout ({timeout:g} s)",
+            )
+
+    def _fail_inflight(self, error: ServeError) -> None:
+        jobs = list(self._inflight.values())
+        self._inflight.clear()
+        for job in jobs:
+            job.fail(error)
+
+    async def _stop_process(
+        self, process: WorkerProcess, conn: WorkerConnection | None, *, graceful: bool
+    ) -> None:
+        grace = self.settings.stop_grace
+        if process.returncode is None and graceful and conn is not None:
+            with trio.move_on_after(grace):
+                try:
+                    await conn.send(encode(Kind.SHUTDOWN, {}))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                await process.wait()
+        if process.returncode is None:
+            process.terminate()
+            with trio.move_on_after(grace):
+                await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
