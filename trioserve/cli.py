@@ -35,7 +35,9 @@ def _start_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", nargs="+", help="models to load: all, NAME=FILE or FILE")
     parser.add_argument("--ts-config", help="config.properties file")
     parser.add_argument(
-        "--ncs", "--no-config-snapshots", action="store_true",
+        "--ncs",
+        "--no-config-snapshots",
+        action="store_true",
         help="accepted for compatibility (trioserve writes no config snapshots)",
     )
     parser.add_argument("--disable-token-auth", "--dt", action="store_true")
@@ -54,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     start = sub.add_parser("start", help="start the server")
     _start_parser(start)
     sub.add_parser("stop", help="stop the server started in the background")
-    sub.add_parser("archive", help="create a model archive (torch-model-archiver flags)",
-                   add_help=False)
+    sub.add_parser(
+        "archive", help="create a model archive (torch-model-archiver flags)", add_help=False
+    )
     demo = sub.add_parser("demo-store", help="write the bundled demo models into a folder")
     demo.add_argument("store", type=Path)
     demo.add_argument("--force", action="store_true")
@@ -108,9 +111,17 @@ def run_foreground(config: ServerConfig) -> int:
         return 130
     except Exception as exc:  # start-up failed: say why, to the log and to the launcher
         logging.getLogger("trioserve").exception("trioserve failed")
-        _report_ready(f"FAILED {type(exc).__name__}: {exc}")
+        root = root_cause(exc)
+        _report_ready(f"FAILED {type(root).__name__}: {root}")
         return 1
     return 0
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The first leaf of (possibly nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _alive(pid: int) -> bool:

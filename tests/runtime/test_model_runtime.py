@@ -22,9 +22,19 @@ from .fakes import FakeLauncher, FakeProcess
 
 def settings(workers: int = 1, queue: int = 10) -> ModelSettings:
     return ModelSettings(
-        name="m", version="1.0", url="m.mar", handler="h.py", runtime="python", batch_size=1,
-        max_batch_delay=100, min_workers=workers, max_workers=workers, response_timeout=2,
-        startup_timeout=2, job_queue_size=queue, loaded_at_startup=False,
+        name="m",
+        version="1.0",
+        url="m.mar",
+        handler="h.py",
+        runtime="python",
+        batch_size=1,
+        max_batch_delay=100,
+        min_workers=workers,
+        max_workers=workers,
+        response_timeout=2,
+        startup_timeout=2,
+        job_queue_size=queue,
+        loaded_at_startup=False,
     )
 
 
@@ -32,9 +42,12 @@ def pool(response_timeout: float = 2.0, startup_timeout: float = 2.0) -> PoolSet
     ids = itertools.count(9000)
     return PoolSettings(
         worker=WorkerSettings(
-            load=LoadSpec("m", "1.0", "/nonexistent", "h.py"), cwd=Path("/"),
-            response_timeout=response_timeout, startup_timeout=startup_timeout,
-            stop_grace=0.5, max_frame=1 << 20,
+            load=LoadSpec("m", "1.0", "/nonexistent", "h.py"),
+            cwd=Path("/"),
+            response_timeout=response_timeout,
+            startup_timeout=startup_timeout,
+            stop_grace=0.5,
+            max_frame=1 << 20,
         ),
         next_worker_id=lambda: next(ids),
     )
@@ -50,8 +63,9 @@ async def result(model: ModelVersion, text: str) -> bytes:
     return b"|".join(chunks)
 
 
-async def start(nursery: trio.Nursery, launcher: FakeLauncher, workers: int = 1,
-                **pool_kw: float) -> ModelVersion:
+async def start(
+    nursery: trio.Nursery, launcher: FakeLauncher, workers: int = 1, **pool_kw: float
+) -> ModelVersion:
     model = ModelVersion(settings(workers), pool(**pool_kw), launcher)
     await nursery.start(model.run)
     await model.scale(workers, workers)
@@ -94,8 +108,9 @@ async def test_crash_fails_only_the_inflight_job_and_worker_restarts() -> None:
             crashed.set()
             proc.exit(-9)
             return
-        await proc.send_reply(BatchReply(batch_id, 200, "", [
-            Reply(items[0].request_id, b"ok")], True))
+        await proc.send_reply(
+            BatchReply(batch_id, 200, "", [Reply(items[0].request_id, b"ok")], True)
+        )
 
     launcher = FakeLauncher(behaviour=crash_once)
     async with trio.open_nursery() as nursery:
@@ -143,8 +158,9 @@ async def test_cancel_while_queued_and_while_running() -> None:
 
     async def slow(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
         await release.wait()
-        await proc.send_reply(BatchReply(batch_id, 200, "", [
-            Reply(items[0].request_id, b"done")], True))
+        await proc.send_reply(
+            BatchReply(batch_id, 200, "", [Reply(items[0].request_id, b"done")], True)
+        )
 
     launcher = FakeLauncher(behaviour=slow)
     async with trio.open_nursery() as nursery:
@@ -190,8 +206,9 @@ async def test_scale_down_drains_a_busy_worker_without_failing_its_job() -> None
 
     async def slow(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
         await release.wait()
-        await proc.send_reply(BatchReply(batch_id, 200, "", [
-            Reply(items[0].request_id, b"finished")], True))
+        await proc.send_reply(
+            BatchReply(batch_id, 200, "", [Reply(items[0].request_id, b"finished")], True)
+        )
 
     launcher = FakeLauncher(behaviour=slow)
     async with trio.open_nursery() as nursery:

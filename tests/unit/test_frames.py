@@ -118,14 +118,27 @@ def test_reply_round_trip() -> None:
     assert got.final and got.batch_id == 3 and got.code == 200
     r = got.replies[0]
     assert (r.request_id, bytes(r.body), r.status, r.reason, r.headers, r.content_type) == (
-        "r1", b"out", 201, "Created", {"x": "y"}, "a/b"
+        "r1",
+        b"out",
+        201,
+        "Created",
+        {"x": "y"},
+        "a/b",
     )
 
 
 def test_reply_with_bad_blob_index_is_rejected() -> None:
-    data = encode(Kind.RESPONSE, {"batch_id": 1, "code": 200, "message": "",
-                                  "items": [{"id": "a", "status": 200, "reason": "",
-                                             "headers": {}, "ct": None, "blob": 3}]})
+    data = encode(
+        Kind.RESPONSE,
+        {
+            "batch_id": 1,
+            "code": 200,
+            "message": "",
+            "items": [
+                {"id": "a", "status": 200, "reason": "", "headers": {}, "ct": None, "blob": 3}
+            ],
+        },
+    )
     with pytest.raises(FrameError, match="out of range"):
         decode_reply(decode(data))
 

@@ -5,13 +5,21 @@ from trioserve.core.model_settings import (
     decide,
 )
 
-DEFAULTS = ServerDefaults(default_workers=2, job_queue_size=100, response_timeout=120,
-                          startup_timeout=120)
+DEFAULTS = ServerDefaults(
+    default_workers=2, job_queue_size=100, response_timeout=120, startup_timeout=120
+)
 
 
 def run(options: RegisterOptions, yaml: YamlSettings, defaults: ServerDefaults = DEFAULTS):
-    return decide(name="m", version="1.0", handler="h.py", runtime="python", options=options,
-                  yaml=yaml, defaults=defaults)
+    return decide(
+        name="m",
+        version="1.0",
+        handler="h.py",
+        runtime="python",
+        options=options,
+        yaml=yaml,
+        defaults=defaults,
+    )
 
 
 def test_defaults_apply_when_nothing_is_given() -> None:

@@ -60,8 +60,11 @@ def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
             return error_response(errors.request_too_large(max_request_size))
         code = error.code or 500
         return error_response(
-            ServeError(code, "BadRequestException" if code < 500 else "InternalServerException",
-                       error.description or error.name)
+            ServeError(
+                code,
+                "BadRequestException" if code < 500 else "InternalServerException",
+                error.description or error.name,
+            )
         )
 
     @app.errorhandler(Exception)

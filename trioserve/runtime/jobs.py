@@ -49,9 +49,7 @@ class Job:
         self.started_at: float | None = None
         # Unbounded: a worker never blocks on a slow client; the stream for one job is
         # bounded by what its handler sends.
-        self._send, self._recv = trio.open_memory_channel[tuple[Reply, bool] | ServeError](
-            math.inf
-        )
+        self._send, self._recv = trio.open_memory_channel[tuple[Reply, bool] | ServeError](math.inf)
         self._queue: JobQueue | None = None
         self._on_cancel: Callable[[Job], None] | None = None
 

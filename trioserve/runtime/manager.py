@@ -96,8 +96,11 @@ class ModelManager:
         """
         if self.settings.model_store is None:
             raise errors.bad_request("No model store is configured (use --model-store).")
-        source = archive.resolve_url(self.settings.model_store, options.url)
-        loaded = await trio.to_thread.run_sync(self._unpack, source)
+        try:
+            source = archive.resolve_url(self.settings.model_store, options.url)
+            loaded = await trio.to_thread.run_sync(self._unpack, source)
+        except archive.ArchiveError as exc:
+            raise archive_error(exc) from None
         try:
             model = await self._start(options, loaded)
         except BaseException:
@@ -137,7 +140,8 @@ class ModelManager:
         runtime = options.runtime or manifest.runtime or "python"
         if runtime not in RUNTIMES:
             raise errors.bad_request(
-                f"Invalid runtime: {runtime}. trioserve runs Python handlers ({', '.join(RUNTIMES)})."
+                f"Invalid runtime: {runtime}. trioserve runs Python handlers "
+                f"({', '.join(RUNTIMES)})."
             )
         cfg = loaded.config
         settings = decide(
@@ -215,9 +219,14 @@ class ModelManager:
             )
             try:
                 await self.register(options)
-            except (errors.ServeError, archive.ArchiveError) as exc:
-                problems.append(f"{url}: {exc}")
+            except errors.ServeError as exc:
+                problems.append(f"{url}: {exc.message}")
         return problems
+
+
+def archive_error(exc: archive.ArchiveError) -> errors.ServeError:
+    type_name = {404: "ModelNotFoundException"}.get(exc.status, "BadRequestException")
+    return errors.ServeError(exc.status, type_name, str(exc))
 
 
 async def _run_in_scope(

@@ -93,6 +93,7 @@ class Worker:
         self._state_changed = trio.Event()
         self._cancel_send, self._cancel_recv = trio.open_memory_channel[str](math.inf)
         self._batch_id = 0
+        self._reached_ready = False
         self._wake_backoff = trio.CancelScope()
 
     # -- observation -----------------------------------------------------------------
@@ -132,10 +133,13 @@ class Worker:
         try:
             while not self._stop_requested:
                 began = trio.current_time()
+                self._reached_ready = False
                 try:
                     await self._run_process()
                 except WorkerFailure as failure:
-                    self.failures += 1
+                    # ``failures`` counts consecutive failed starts: a worker that crashes
+                    # after serving is restarted, and requests keep queueing meanwhile.
+                    self.failures = 0 if self._reached_ready else self.failures + 1
                     self.last_error = failure.detail
                     log.warning("worker %s failed: %s", self.name, failure.detail)
                 if self._stop_requested:
@@ -262,6 +266,7 @@ class Worker:
 
     async def _serve(self, conn: WorkerConnection, process: WorkerProcess) -> None:
         self.failures = 0
+        self._reached_ready = True
         while not self._stop_requested:
             self._set_state(WorkerState.READY)
             batch = await self._take_batch()
@@ -273,7 +278,9 @@ class Worker:
                 self._inflight[job.request_id] = job
             self._batch_id += 1
             try:
-                await conn.send(encode_batch(self._batch_id, [j.request.work_item() for j in batch]))
+                await conn.send(
+                    encode_batch(self._batch_id, [j.request.work_item() for j in batch])
+                )
             except BaseException:
                 # Never reached the worker: give the jobs back, in order, to the queue.
                 for job in reversed(batch):
@@ -310,7 +317,9 @@ class Worker:
                 if reply.final:
                     missing = [self._inflight.pop(r) for r in list(pending) if r in self._inflight]
                     for job in missing:
-                        job.fail(errors.prediction_failed(503, "number of batch response mismatched"))
+                        job.fail(
+                            errors.prediction_failed(503, "number of batch response mismatched")
+                        )
                     return
         if scope.cancelled_caught:
             raise WorkerFailure(

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .server import Server, archive, wait_gone
+
+
+@pytest.fixture(scope="session")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model store with the test archives, built by the real archiver command."""
+    path = tmp_path_factory.mktemp("store")
+    handlers = Path(__file__).parent / "handlers"
+    archive(path, "control", "control_handler.py", "-c", str(handlers / "control-config.yaml"))
+    archive(path, "control2", "control_handler.py")
+    archive(path, "tsstyle", "ts_style_handler.py", "-c", str(handlers / "ts-config.yaml"))
+    archive(path, "slowload", "slow_load_handler.py", "-c", str(handlers / "slow-config.yaml"))
+    archive(path, "broken", "broken_handler.py")
+    return path
+
+
+@pytest.fixture
+def make_server(tmp_path: Path, store: Path) -> Iterator[object]:
+    """Start servers on free ports; every one is stopped (and checked) afterwards."""
+    servers: list[Server] = []
+
+    def make(models: str = "control=control.mar", **kwargs: object) -> Server:
+        workdir = tmp_path / f"server{len(servers)}"
+        workdir.mkdir()
+        (workdir / "markers").mkdir()
+        env = {"TRIOSERVE_TEST_MARKERS": str(workdir / "markers")}
+        env.update(kwargs.pop("env", {}))  # type: ignore[arg-type]
+        server = Server(workdir, store, models, env=env, **kwargs)  # type: ignore[arg-type]
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        pids = server.worker_pids() if server.process and server.process.poll() is None else []
+        server.stop()
+        server.kill()
+        assert wait_gone(pids) == [], f"worker processes left behind:\n{server.log}"

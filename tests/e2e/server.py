@@ -1,0 +1,173 @@
+"""Run a real trioserve process for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+HANDLERS = Path(__file__).parent / "handlers"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def archive(store: Path, name: str, handler: str, *extra: str) -> Path:
+    """Build an archive with the real ``trioserve archive`` command."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "trioserve",
+        "archive",
+        "--model-name",
+        name,
+        "-v",
+        "1.0",
+        "--handler",
+        str(HANDLERS / handler),
+        "--export-path",
+        str(store),
+        "-f",
+        *extra,
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+    return store / f"{name}.mar"
+
+
+@dataclass
+class Server:
+    workdir: Path
+    store: Path
+    models: str
+    properties: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> str:
+        path = self.workdir / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def start(self, timeout: float = 60) -> str:
+        self.port = free_port()
+        props = {
+            "inference_address": self.url,
+            "model_store": str(self.store),
+            "load_models": self.models,
+            "default_workers_per_model": "1",
+            "default_startup_timeout": "30",
+            "shutdown_grace_seconds": "10",
+            **self.properties,
+        }
+        config = self.workdir / "config.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        read_fd, write_fd = os.pipe()
+        env = {**os.environ, **self.env, "TRIOSERVE_READY_FD": str(write_fd)}
+        with open(self.workdir / "server.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "trioserve",
+                    "start",
+                    "--foreground",
+                    "--ts-config",
+                    str(config),
+                ],
+                cwd=self.workdir,
+                env=env,
+                stdout=log,
+                stderr=log,
+                pass_fds=(write_fd,),
+            )
+        os.close(write_fd)
+        deadline = time.monotonic() + timeout
+        report = b""
+        try:
+            while b"\n" not in report and time.monotonic() < deadline:
+                ready, _, _ = select.select([read_fd], [], [], 0.1)
+                if ready:
+                    chunk = os.read(read_fd, 4096)
+                    if not chunk:
+                        break
+                    report += chunk
+        finally:
+            os.close(read_fd)
+        text = report.decode()
+        if not text.startswith("READY"):
+            self.kill()
+            raise RuntimeError(f"server did not start: {text!r}\n{self.log}")
+        return text
+
+    def descendants(self) -> list[psutil.Process]:
+        assert self.process is not None
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def worker_pids(self) -> list[int]:
+        return [p.pid for p in self.descendants()]
+
+    def signal(self, signum: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float = 30) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait; returns the exit status (None if it had to be killed)."""
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.signal(signal.SIGTERM)
+        try:
+            return self.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            kids = self.descendants()
+            self.process.kill()
+            self.process.wait(10)
+            for kid in kids:
+                try:
+                    kid.kill()
+                except psutil.NoSuchProcess:
+                    pass
+
+
+def wait_gone(pids: list[int], timeout: float = 15) -> list[int]:
+    """The pids still alive after ``timeout`` (zombies count as gone)."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p)]
+        time.sleep(0.05)
+    return alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
