@@ -40,6 +40,9 @@ def error_response(error: ServeError, request_id: str | None = None) -> Response
     response = json_response(error.body(), error.status, request_id)
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(error.retry_after)
+    if error.status == 413:
+        # The body was not read: the connection cannot carry another request.
+        response.headers["Connection"] = "close"
     return response
 
 

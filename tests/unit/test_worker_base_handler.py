@@ -1,0 +1,126 @@
+"""``BaseHandler`` with real (tiny) TorchScript and eager models."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from trioserve.worker.base_handler import BaseHandler
+from trioserve.worker.context import Context
+from trioserve.worker.errors import LoadError, PredictionException
+from trioserve.worker.metrics import MetricsCache
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "worker"
+
+
+def linear() -> torch.nn.Linear:
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2).eval()
+
+
+def save_torchscript(module: torch.nn.Module, path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated
+        torch.jit.save(torch.jit.trace(module, torch.zeros(1, 3)), str(path))
+
+
+def make_context(model_dir: Path, model: dict[str, Any]) -> Context:
+    return Context(
+        "tiny", str(model_dir), {"model": model}, 2, None, "0.12.0", metrics=MetricsCache("tiny")
+    )
+
+
+def start_batch(ctx: Context, headers: dict[str, str] | None = None, n: int = 2) -> None:
+    ctx.begin_batch([f"r{i}" for i in range(n)], [dict(headers or {}) for _ in range(n)])
+
+
+def expected(module: torch.nn.Module, rows: list[list[float]]) -> list[list[float]]:
+    with torch.no_grad():
+        return module(torch.tensor(rows)).tolist()  # type: ignore[no-any-return]
+
+
+def assert_close(actual: Any, wanted: list[list[float]]) -> None:
+    assert isinstance(actual, list)
+    assert len(actual) == len(wanted)
+    for got_row, want_row in zip(actual, wanted, strict=True):
+        assert got_row == pytest.approx(want_row)
+
+
+def test_torchscript_model(tmp_path: Path) -> None:
+    module = linear()
+    save_torchscript(module, tmp_path / "model.pt")
+    (tmp_path / "index_to_name.json").write_text(json.dumps({"0": "cat", "1": ["n01", "dog"]}))
+    ctx = make_context(tmp_path, {"modelName": "tiny", "serializedFile": "model.pt"})
+
+    handler = BaseHandler()
+    handler.initialize(ctx)
+    assert handler.initialized
+    assert handler.get_device() == torch.device("cpu")
+    assert handler.mapping == {"0": "cat", "1": "dog"}
+
+    start_batch(ctx)
+    rows = [[1.0, 2.0, 3.0], [0.0, -1.0, 0.5]]
+    out = handler.handle(
+        [{"body": rows[0]}, {"data": bytearray(json.dumps(rows[1]).encode())}], ctx
+    )
+    assert_close(out, expected(module, rows))
+    (metric,) = ctx.metrics.drain()
+    assert (metric["name"], metric["unit"]) == ("HandlerTime", "Milliseconds")
+
+
+def test_eager_model_with_state_dict(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "fx_linear_model.py", tmp_path / "tiny_model_def.py")
+    source = linear()
+    torch.save({"fc." + k: v for k, v in source.state_dict().items()}, tmp_path / "weights.pt")
+    ctx = make_context(tmp_path, {"serializedFile": "weights.pt", "modelFile": "tiny_model_def.py"})
+    handler = BaseHandler()
+    handler.initialize(ctx)
+    assert type(handler.model).__name__ == "TinyLinear"
+    assert handler.mapping is None
+    start_batch(ctx, n=1)
+    assert_close(handler.handle([{"body": [1.0, 1.0, 1.0]}], ctx), expected(source, [[1.0] * 3]))
+
+
+def test_describe_and_explain(tmp_path: Path) -> None:
+    save_torchscript(linear(), tmp_path / "model.pt")
+    ctx = make_context(tmp_path, {"serializedFile": "model.pt"})
+    handler = BaseHandler()
+    handler.initialize(ctx)
+
+    start_batch(ctx, {"describe": "True"}, n=1)
+    assert handler.handle([{"body": [1, 2, 3]}], ctx) == [None]
+
+    start_batch(ctx, {"explain": "True"}, n=1)
+    with pytest.raises(PredictionException) as info:
+        handler.handle([{"body": [1, 2, 3]}], ctx)
+    assert info.value.error_code == 501
+    assert "not supported" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ({}, "names no serializedFile"),
+        ({"serializedFile": "missing.pt"}, "does not exist"),
+        ({"serializedFile": "model.onnx"}, "ONNX"),
+        ({"serializedFile": "w.pt", "modelFile": "nope.py"}, "does not exist"),
+    ],
+)
+def test_load_errors(tmp_path: Path, model: dict[str, Any], message: str) -> None:
+    with pytest.raises(LoadError, match=message):
+        BaseHandler().initialize(make_context(tmp_path, model))
+
+
+def test_eager_model_file_needs_exactly_one_module_class(tmp_path: Path) -> None:
+    (tmp_path / "two_modules_def.py").write_text(
+        "import torch\nclass A(torch.nn.Module):\n    pass\nclass B(torch.nn.Module):\n    pass\n"
+    )
+    ctx = make_context(tmp_path, {"modelFile": "two_modules_def.py"})
+    with pytest.raises(LoadError, match=r"exactly one torch\.nn\.Module class"):
+        BaseHandler().initialize(ctx)

@@ -1,0 +1,300 @@
+"""The worker's frame loop.
+
+Frames in (server -> worker) and what the worker does:
+
+* LOAD (must come first): load the handler in the handler thread, answer LOAD_RESULT
+  ``{code: 200, message: "loaded"}``; on failure answer the error code and exit with status 1.
+* BATCH: queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
+  intermediate RESPONSE frames (not final) go out as the handler sends them, then one final
+  RESPONSE, then a METRICS frame if the handler (or the worker) recorded metrics.
+* CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True.
+* PING ``{n}``: PONG ``{n}`` at once, even while a handler runs.
+* SHUTDOWN: batches already received are finished, then the worker exits 0. A BATCH after
+  SHUTDOWN is answered at once with 503.
+
+End of stream or a socket error ends the process at once (``os._exit``), even while a handler
+runs, as does the death of the parent process (checked every half second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+
+import outcome
+import trio
+
+from trioserve.core.frames import Frame, FrameDecoder, FrameError, Kind, encode
+from trioserve.core.messages import (
+    BatchReply,
+    LoadSpec,
+    WorkItem,
+    decode_batch,
+    decode_cancel,
+    encode_load_result,
+    encode_reply,
+)
+from trioserve.worker.batch import Entry, prepare, run_batch
+from trioserve.worker.cancellation import CancelBook
+from trioserve.worker.codec import decode_enabled
+from trioserve.worker.context import Context
+from trioserve.worker.errors import PREDICTION_FAILED, load_error
+from trioserve.worker.handler_thread import HandlerThread
+from trioserve.worker.loader import load_handler
+from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.replies import error_reply
+from trioserve.worker.streaming import IntermediateChannel
+
+log = logging.getLogger("trioserve.worker")
+
+SERVER_VERSION = "0.12.0"  # what handlers read as system_properties["server_version"]
+PARENT_CHECK_INTERVAL = 0.5
+READ_SIZE = 1 << 20
+
+
+def exit_now(status: int, why: str) -> NoReturn:
+    """End the process immediately, whatever threads are running."""
+    log.info("worker exiting (%d): %s", status, why)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
+
+
+@dataclass(slots=True)
+class LoadJob:
+    spec: LoadSpec
+
+
+@dataclass(slots=True)
+class BatchJob:
+    batch_id: int
+    items: list[WorkItem]
+
+
+Job = LoadJob | BatchJob
+
+
+class Worker:
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        *,
+        decode: bool | None = None,
+        exit_fn: Callable[[int, str], NoReturn] = exit_now,
+        parent_pid: int | None = None,
+    ) -> None:
+        self._stream = stream
+        self._exit = exit_fn
+        self._decode = decode_enabled() if decode is None else decode
+        self._send_lock = trio.StrictFIFOLock()
+        self._jobs_in, self._jobs_out = trio.open_memory_channel[Job](math.inf)
+        self._cancels = CancelBook()
+        self._thread = HandlerThread()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._parent = os.getppid() if parent_pid is None else parent_pid
+        self._load_seen = False
+        self._shutting_down = False
+        self.context: Context | None = None
+        self.entry: Entry | None = None
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def send(self, data: bytes) -> None:
+        async with self._send_lock:
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._exit(0, f"the server connection is gone ({type(exc).__name__})")
+
+    def _send_from_thread(self, data: bytes) -> None:
+        """Blocking send for the handler thread; returns once the frame is written."""
+        trio.from_thread.run(self.send, data, trio_token=self._token)
+
+    # -- the task tree ------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until SHUTDOWN (0) or a failed load (1)."""
+        self._token = trio.lowlevel.current_trio_token()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._watch_parent)
+                status = await self._run_jobs()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._thread.close()
+        return status
+
+    async def _watch_parent(self) -> None:
+        while True:
+            await trio.sleep(PARENT_CHECK_INTERVAL)
+            if os.getppid() != self._parent:
+                self._exit(1, "the parent process died")
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder()
+        while True:
+            try:
+                data = await self._stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._exit(0, f"the server connection failed ({type(exc).__name__})")
+            if not data:
+                self._exit(0, "the server closed the connection")
+            try:
+                frames = decoder.feed(data)
+            except FrameError as exc:
+                self._exit(1, f"malformed frame from the server: {exc}")
+            for frame in frames:
+                await self._dispatch(frame)
+
+    # -- frames in ----------------------------------------------------------------------------
+
+    async def _dispatch(self, frame: Frame) -> None:
+        kind = frame.kind
+        if kind is Kind.PING:
+            await self.send(encode(Kind.PONG, {"n": frame.meta.get("n")}))
+        elif kind is Kind.BATCH:
+            await self._on_batch(frame)
+        elif kind is Kind.CANCEL:
+            try:
+                ids = decode_cancel(frame)
+            except FrameError as exc:
+                log.warning("ignoring a malformed CANCEL frame: %s", exc)
+                return
+            self._cancels.cancel(ids)
+        elif kind is Kind.LOAD:
+            await self._on_load(frame)
+        elif kind is Kind.SHUTDOWN:
+            if not self._shutting_down:
+                log.info("shutdown requested; finishing the batches already received")
+                self._shutting_down = True
+                self._jobs_in.close()
+        else:
+            log.warning("ignoring a %s frame: the server does not send those", kind.name)
+
+    async def _on_load(self, frame: Frame) -> None:
+        if self._load_seen:
+            log.error("ignoring a second LOAD frame: this worker already has a model")
+            await self.send(
+                encode_load_result(500, "this worker already loaded a model; start a new one")
+            )
+            return
+        self._load_seen = True
+        try:
+            spec = LoadSpec.from_meta(frame.meta)
+        except FrameError as exc:
+            await self.send(encode_load_result(500, f"malformed LOAD frame: {exc}"))
+            self._exit(1, f"malformed LOAD frame: {exc}")
+        self._queue(LoadJob(spec))
+
+    async def _on_batch(self, frame: Frame) -> None:
+        try:
+            batch_id, items = decode_batch(frame)
+        except FrameError as exc:
+            raw_id = frame.meta.get("batch_id")
+            if not isinstance(raw_id, int) or isinstance(raw_id, bool):
+                self._exit(1, f"malformed BATCH frame without a batch id: {exc}")
+            log.error("rejecting malformed batch %d: %s", raw_id, exc)
+            await self.send(encode_reply(error_reply(raw_id, 400, f"malformed batch: {exc}")))
+            return
+        if self._shutting_down:
+            await self.send(encode_reply(error_reply(batch_id, 503, "the worker is shutting down")))
+            return
+        self._cancels.track(item.request_id for item in items)
+        self._queue(BatchJob(batch_id, items))
+
+    def _queue(self, job: Job) -> None:
+        try:
+            self._jobs_in.send_nowait(job)
+        except trio.ClosedResourceError:  # SHUTDOWN came first
+            log.warning("dropping a %s that arrived after SHUTDOWN", type(job).__name__)
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    async def _run_jobs(self) -> int:
+        async for job in self._jobs_out:
+            if isinstance(job, LoadJob):
+                if not await self._load(job.spec):
+                    return 1
+            else:
+                await self._run_batch(job)
+        return 0
+
+    async def _load(self, spec: LoadSpec) -> bool:
+        context = Context(
+            spec.model_name,
+            spec.model_dir,
+            spec.manifest,
+            spec.batch_size,
+            spec.gpu_id,
+            SERVER_VERSION,
+            spec.limit_max_image_pixels,
+            metrics=MetricsCache(spec.model_name),
+            model_yaml_config=spec.model_yaml_config,
+        )
+        log.info("loading model %s with handler %s", spec.model_name, spec.handler)
+        result = await self._thread.run(
+            functools.partial(load_handler, spec.handler, spec.model_dir, context, spec.envelope)
+        )
+        if isinstance(result, outcome.Error):
+            code, message = load_error(result.error)
+            log.error(
+                "loading model %s failed: %s", spec.model_name, message, exc_info=result.error
+            )
+            await self.send(encode_load_result(code, message))
+            return False
+        self.context = context
+        self.entry = result.unwrap()
+        await self.send(encode_load_result(200, "loaded"))
+        await self._send_metrics()
+        return True
+
+    async def _run_batch(self, job: BatchJob) -> None:
+        ids = [item.request_id for item in job.items]
+        try:
+            if self.entry is None or self.context is None:
+                reply = error_reply(job.batch_id, 503, "no model is loaded in this worker")
+            else:
+                reply = await self._handle(job, self.entry, self.context)
+            await self.send(encode_reply(reply))
+        finally:
+            self._cancels.release(ids)
+        await self._send_metrics()
+
+    async def _handle(self, job: BatchJob, entry: Entry, context: Context) -> BatchReply:
+        channel = IntermediateChannel(job.batch_id, self._send_from_thread)
+
+        def work() -> BatchReply:
+            try:
+                data = prepare(
+                    context,
+                    job.items,
+                    decode=self._decode,
+                    cancel_check=self._cancels.is_cancelled,
+                    channel=channel,
+                )
+                return run_batch(entry, context, job.batch_id, job.items, data)
+            finally:
+                context.end_batch()
+
+        result = await self._thread.run(work)
+        if isinstance(result, outcome.Error):
+            log.error("batch %d could not be run", job.batch_id, exc_info=result.error)
+            return error_reply(job.batch_id, *PREDICTION_FAILED)
+        return result.unwrap()
+
+    async def _send_metrics(self) -> None:
+        metrics = self.context.metrics if self.context is not None else None
+        if not isinstance(metrics, MetricsCache):
+            return
+        records = metrics.drain()
+        if records:
+            await self.send(encode(Kind.METRICS, {"metrics": records}))

@@ -1,0 +1,132 @@
+"""Lets unmodified TorchServe handlers ``import ts.*`` without the ``ts`` package.
+
+:func:`install` puts a finder on ``sys.meta_path`` that answers for ``ts`` and the ``ts.*``
+modules handlers use, mapping each to a trioserve module (the same module object, so classes
+are shared: ``ts.context.Context is trioserve.worker.context.Context``). Nothing named ``ts``
+is written anywhere; when the real ``ts`` package is importable the finder is not installed
+and the real package is used.
+
+The intermediate packages (``ts``, ``ts.torch_handler``, ...) are empty synthetic modules with
+an empty ``__path__``, so only the names listed in :data:`ALIASES` resolve; any other
+``ts.*`` name fails with a ModuleNotFoundError that says what trioserve provides.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+import types
+from collections.abc import Sequence
+from typing import Final
+
+ALIASES: Final[dict[str, str]] = {
+    "ts.context": "trioserve.worker.context",
+    "ts.torch_handler.base_handler": "trioserve.worker.base_handler",
+    "ts.handler_utils.utils": "trioserve.worker.streaming",
+    "ts.protocol.otf_message_handler": "trioserve.worker.streaming",
+    "ts.utils.util": "trioserve.worker.util",
+    "ts.metrics.dimension": "trioserve.worker.metrics",
+    "ts.metrics.metric_type_enum": "trioserve.worker.metrics",
+    "ts.metrics.metric_cache_errors": "trioserve.worker.metrics",
+    "ts.metrics.metric_cache_abstract": "trioserve.worker.metrics",
+    "ts.metrics.caching_metric": "trioserve.worker.metrics",
+}
+
+
+def _packages() -> frozenset[str]:
+    names = {"ts"}
+    for alias in ALIASES:
+        parts = alias.split(".")
+        names.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return frozenset(names)
+
+
+PACKAGES: Final = _packages()
+_lock = threading.Lock()
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Loads an alias as the target module itself, or a package as an empty stand-in."""
+
+    def __init__(self, target: str | None) -> None:
+        self._target = target
+        self._target_spec: importlib.machinery.ModuleSpec | None = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if self._target is not None:
+            module = importlib.import_module(self._target)
+            self._target_spec = module.__spec__
+            return module
+        package = types.ModuleType(spec.name, "trioserve stand-in for a TorchServe package")
+        package.__path__ = []
+        return package
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # The import system stamped the alias's spec on the shared module; give the module
+        # its own spec back so it stays a normal trioserve module.
+        if self._target_spec is not None:
+            module.__spec__ = self._target_spec
+
+
+class TsFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``ts`` and the ``ts.*`` names of :data:`ALIASES`."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "ts" and not fullname.startswith("ts."):
+            return None
+        if fullname in PACKAGES:
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(None), is_package=True)
+        if fullname in ALIASES:
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(ALIASES[fullname]))
+        raise ModuleNotFoundError(
+            f"No module named {fullname!r}: the TorchServe package is not installed and "
+            f"trioserve provides only {', '.join(sorted(ALIASES))}",
+            name=fullname,
+        )
+
+
+_finder: TsFinder | None = None
+
+
+def installed() -> bool:
+    return _finder is not None and _finder in sys.meta_path
+
+
+def install() -> bool:
+    """Install the ``ts`` import hook unless the real package exists. Idempotent.
+
+    Returns True when the hook is (now or already) installed, False when the real ``ts``
+    package is importable and is left to serve the imports.
+    """
+    global _finder
+    with _lock:
+        if installed():
+            return True
+        if "ts" in sys.modules or importlib.util.find_spec("ts") is not None:
+            return False
+        _finder = TsFinder()
+        sys.meta_path.insert(0, _finder)
+        return True
+
+
+def uninstall() -> None:
+    """Remove the hook and forget the ``ts`` modules it provided (for tests)."""
+    global _finder
+    with _lock:
+        if _finder is None:
+            return
+        if _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _finder = None
+        for name in list(sys.modules):
+            if name in PACKAGES or name in ALIASES:
+                del sys.modules[name]
