@@ -154,3 +154,12 @@ def test_request_state_outside_a_batch_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="no batch is being handled"):
         ctx.get_request_header(0, "x")
     ctx.set_response_status(500)  # tolerated, as in TorchServe
+
+
+def test_request_header_lookup_ignores_letter_case() -> None:
+    from trioserve.worker.context import RequestProcessor
+
+    processor = RequestProcessor({"content-type": "text/plain", "X-A": "1"})
+    assert processor.get_request_property("Content-Type") == "text/plain"
+    assert processor.get_request_property("x-a") == "1"
+    assert processor.get_request_property("missing") is None

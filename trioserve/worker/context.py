@@ -29,7 +29,15 @@ class RequestProcessor:
         self._request_header = request_header
 
     def get_request_property(self, key: str) -> Any:
-        return self._request_header.get(key)
+        """The header ``key``; an exact match first, then any letter case (HTTP/1.1
+        servers lowercase header names, while handlers ask for ``Content-Type``)."""
+        if key in self._request_header:
+            return self._request_header[key]
+        folded = key.lower()
+        for name, value in self._request_header.items():
+            if name.lower() == folded:
+                return value
+        return None
 
     def get_request_properties(self) -> dict[str, Any]:
         return self._request_header

@@ -1,0 +1,130 @@
+"""The bundled demo models, served the way the Quick start serves them, driven by curl."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from trioserve.demo import build_demo_store
+
+from .server import Server
+
+pytestmark = pytest.mark.e2e
+SAMPLE = Path(__file__).resolve().parents[2] / "handlers" / "classifier" / "sample.json"
+
+
+@pytest.fixture(scope="module")
+def demo_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("demo")
+    store = root / "store"
+    build_demo_store(store)
+    server = Server(root, store, "all")
+    server.start()
+    yield server
+    server.stop()
+    server.kill()
+
+
+def curl(*args: str) -> bytes:
+    out = subprocess.run(
+        ["curl", "-sS", "--fail-with-body", *args], capture_output=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+    return out.stdout
+
+
+def test_classifier_returns_labelled_probabilities(demo_server: Server) -> None:
+    body = json.loads(
+        curl(
+            "-X",
+            "POST",
+            f"{demo_server.url}/predictions/classifier",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            f"@{SAMPLE}",
+        )
+    )
+    assert set(body) == {"cat", "dog", "bird", "fish"}
+    assert abs(sum(body.values()) - 1.0) < 1e-5
+    assert list(body.values()) == sorted(body.values(), reverse=True)
+    # deterministic weights: the same answer every time
+    again = json.loads(
+        curl(
+            "-X",
+            "POST",
+            f"{demo_server.url}/predictions/classifier",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            f"@{SAMPLE}",
+        )
+    )
+    assert again == body
+
+
+def test_classifier_rejects_a_wrong_input_size(demo_server: Server) -> None:
+    out = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-X",
+            "POST",
+            f"{demo_server.url}/predictions/classifier",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "[1, 2]",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert json.loads(out.stdout)["code"] == 503
+
+
+def test_streaming_tokens_arrive_one_by_one_with_curl_n(demo_server: Server) -> None:
+    proc = subprocess.Popen(
+        [
+            "curl",
+            "-sS",
+            "-N",
+            "-X",
+            "POST",
+            f"{demo_server.url}/predictions/streaming",
+            "-H",
+            "Content-Type: text/plain",
+            "--data-binary",
+            "one two three four",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    arrivals: list[tuple[float, bytes]] = []
+    while True:
+        chunk = proc.stdout.read1(1024)
+        if not chunk:
+            break
+        arrivals.append((time.monotonic(), chunk))
+    proc.stdout.close()
+    assert proc.wait(30) == 0
+    text = b"".join(c for _, c in arrivals)
+    assert text == b"one two three four [done]"
+    assert len(arrivals) >= 3  # not one buffered blob
+    assert arrivals[-1][0] - arrivals[0][0] >= 0.1
+
+
+def test_echo_round_trips_json(demo_server: Server) -> None:
+    body = curl(
+        "-X",
+        "POST",
+        f"{demo_server.url}/predictions/echo",
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        '{"a": [1, 2]}',
+    )
+    assert json.loads(body) == {"a": [1, 2]}
