@@ -23,7 +23,7 @@ serve: setup
 	$(BIN)/trioserve start --foreground --model-store $(STORE) --models all
 
 lint: setup
-	$(BIN)/ruff check trioserve tests handlers benchmarks
+	$(BIN)/ruff check .
 
 typecheck: setup
 	$(BIN)/mypy

@@ -72,17 +72,28 @@ class ModelVersion:
 
     # -- workers ---------------------------------------------------------------------
 
-    async def scale(self, min_workers: int, max_workers: int) -> None:
-        """Start or drain workers so that ``min_workers`` run. Returns once started/drained."""
+    @property
+    def live_workers(self) -> list[Worker]:
+        """Workers not asked to stop."""
+        return [w for w in self.workers if not w.stop_requested]
+
+    async def scale(
+        self, min_workers: int, max_workers: int, *, drain_timeout: float | None = None
+    ) -> None:
+        """Start or drain workers so that ``min_workers`` run.
+
+        Returns once new workers are started (not yet loaded) or removed ones have stopped;
+        a removed worker finishes the batch in hand first, for up to ``drain_timeout``.
+        """
         self.min_workers, self.max_workers = min_workers, max_workers
-        live = [w for w in self.workers if w.state is not WorkerState.STOPPED]
+        live = self.live_workers
         if len(live) < min_workers:
             for _ in range(min_workers - len(live)):
                 await self._add_worker()
         elif len(live) > min_workers:
             # Idle workers go first, so busy ones finish their batch undisturbed.
             live.sort(key=lambda w: w.state is WorkerState.BUSY)
-            await self._remove_workers(live[: len(live) - min_workers], timeout=None)
+            await self._remove_workers(live[: len(live) - min_workers], timeout=drain_timeout)
 
     async def _add_worker(self) -> None:
         assert self._nursery is not None, "ModelVersion.run() is not running"
@@ -105,13 +116,22 @@ class ModelVersion:
         for worker in workers:
             worker.request_stop()
         with trio.move_on_after(timeout if timeout is not None else float("inf")):
-            for worker in workers:
-                while worker.state is not WorkerState.STOPPED:
-                    await worker.wait_state_change()
+            await self._wait_stopped(workers)
+        for worker in workers:
+            if worker.state is not WorkerState.STOPPED:
+                log.warning("worker %s did not drain in time: stopping it", worker.name)
+                worker.force_stop()
+        await self._wait_stopped(workers)
+
+    @staticmethod
+    async def _wait_stopped(workers: list[Worker]) -> None:
+        for worker in workers:
+            while worker.state is not WorkerState.STOPPED:
+                await worker.wait_state_change()
 
     async def wait_settled(self) -> None:
-        """Wait until each worker is serving or has failed once."""
-        for worker in list(self.workers):
+        """Wait until each live worker is serving or has failed once."""
+        for worker in self.live_workers:
             await worker.wait_settled()
 
     # -- requests --------------------------------------------------------------------

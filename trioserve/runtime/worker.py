@@ -95,8 +95,13 @@ class Worker:
         self._batch_id = 0
         self._reached_ready = False
         self._wake_backoff = trio.CancelScope()
+        self._scope = trio.CancelScope()
 
     # -- observation -----------------------------------------------------------------
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested
 
     @property
     def serving(self) -> bool:
@@ -127,7 +132,16 @@ class Worker:
             self._set_state(self.state)  # wake waiters
         self._wake_backoff.cancel()
 
+    def force_stop(self) -> None:
+        """Stop now: the process is killed and its jobs fail (after a drain ran out)."""
+        self.request_stop()
+        self._scope.cancel()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._scope:
+            await self._run(task_status)
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         backoff = Backoff()
         task_status.started()
         try:
