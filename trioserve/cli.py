@@ -101,7 +101,7 @@ def run_foreground(config: ServerConfig) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             info: ServerInfo = await nursery.start(serve, config)
-            lines = [f"READY inference={','.join(info.inference)}"]
+            lines = ["READY " + " ".join(f"{k}={','.join(v)}" for k, v in info.bound.items())]
             lines.extend(f"PROBLEM {p}" for p in info.problems)
             _report_ready("\n".join(lines))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
@@ -54,10 +55,29 @@ class Server:
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
+    management_port: int = 0
+    metrics_port: int = 0
+    tokens: bool = False
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}"
+
+    def key(self, kind: str) -> str:
+        """A key from the server's key_file.json (token auth must be on)."""
+        data = json.loads((self.workdir / "key_file.json").read_text())
+        return str(data[kind]["key"])
+
+    def auth(self, kind: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key(kind)}"}
 
     @property
     def log(self) -> str:
@@ -66,8 +86,13 @@ class Server:
 
     def start(self, timeout: float = 60) -> str:
         self.port = free_port()
+        self.management_port = free_port()
+        self.metrics_port = free_port()
         props = {
             "inference_address": self.url,
+            "management_address": self.management_url,
+            "metrics_address": self.metrics_url,
+            "disable_token_authorization": "false" if self.tokens else "true",
             "model_store": str(self.store),
             "load_models": self.models,
             "default_workers_per_model": "1",

@@ -296,7 +296,12 @@ def test_background_start_and_stop_commands(tmp_path: Path, store: Path) -> None
 
     port = free_port()
     config = tmp_path / "config.properties"
-    config.write_text(f"inference_address=http://127.0.0.1:{port}\n")
+    config.write_text(
+        f"inference_address=http://127.0.0.1:{port}\n"
+        f"management_address=http://127.0.0.1:{free_port()}\n"
+        f"metrics_address=http://127.0.0.1:{free_port()}\n"
+        "disable_token_authorization=true\n"
+    )
     env = {
         "TRIOSERVE_PID_FILE": str(tmp_path / "ts.pid"),
         "LOG_LOCATION": str(tmp_path / "logs"),

@@ -6,10 +6,11 @@ import json
 import logging
 from typing import Any
 
-from quart import Response
+from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
+from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
 
@@ -86,3 +87,26 @@ def new_app(name: str, max_request_size: int) -> QuartTrio:
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     install_error_handlers(app, max_request_size)
     return app
+
+
+# The API description routes answer without a token, as TorchServe's do.
+DOC_ROUTES = frozenset({("OPTIONS", "/"), ("GET", "/api-description")})
+
+
+def install_token_check(
+    app: QuartTrio,
+    store: TokenStore | None,
+    kind: KeyKind,
+    *,
+    exempt: frozenset[tuple[str, str]] = frozenset(),
+) -> None:
+    """Require ``Authorization: Bearer <key of kind>`` on every route but ``exempt``
+    (method, path) pairs. With no store (token auth disabled) nothing is checked."""
+    if store is None:
+        return
+
+    @app.before_request
+    async def _check_token() -> None:
+        if (request.method, request.path) in exempt:
+            return
+        store.check(kind, bearer(request.headers.items()))

@@ -7,10 +7,18 @@ from collections.abc import AsyncIterator
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from trioserve.auth import KeyKind, TokenStore
 from trioserve.core.errors import ServeError
 from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
-from trioserve.http.common import NO_CACHE_HEADERS, error_response, json_response, new_app
+from trioserve.http.common import (
+    DOC_ROUTES,
+    NO_CACHE_HEADERS,
+    error_response,
+    install_token_check,
+    json_response,
+    new_app,
+)
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.manager import ModelManager
 
@@ -102,8 +110,11 @@ async def answer(manager: ModelManager, infer: InferenceRequest) -> Response:
     return reply_response(first, ReplyBody(first, replies, job), infer.request_id)
 
 
-def create_inference_app(manager: ModelManager, *, max_request_size: int) -> QuartTrio:
+def create_inference_app(
+    manager: ModelManager, *, max_request_size: int, tokens: TokenStore | None = None
+) -> QuartTrio:
     app = new_app("trioserve.inference", max_request_size)
+    install_token_check(app, tokens, KeyKind.INFERENCE, exempt=DOC_ROUTES)
 
     @app.route("/ping", methods=["GET", "POST"])
     async def ping() -> Response:

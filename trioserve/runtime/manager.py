@@ -6,7 +6,7 @@ import itertools
 import logging
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +73,20 @@ class ModelManager:
             self._nursery = None
             for _name, _version, entry in list(self.registry):
                 _cleanup(entry.loaded)
+
+    def start_soon(self, operation: Callable[[], Awaitable[object]]) -> None:
+        """Run a background operation (an asynchronous scale) inside the manager's nursery.
+
+        Its failure is logged; it never takes the manager down."""
+        assert self._nursery is not None, "ModelManager.run() is not running"
+
+        async def guarded() -> None:
+            try:
+                await operation()
+            except Exception:
+                log.exception("background model operation failed")
+
+        self._nursery.start_soon(guarded)
 
     # -- lookups ---------------------------------------------------------------------
 

@@ -28,12 +28,16 @@ from functools import partial
 from pathlib import Path
 
 import trio
+from quart_trio import QuartTrio
 
-from trioserve.config import ServerConfig
+from trioserve.auth import TokenStore
+from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
 from trioserve.http.inference import create_inference_app
+from trioserve.http.management import create_management_app
 from trioserve.http.serve import serve_app
 from trioserve.runtime.launcher import Launcher, SubprocessLauncher
+from trioserve.runtime.management import ManagementService
 from trioserve.runtime.manager import ManagerSettings, ModelManager, worker_environment
 
 log = logging.getLogger("trioserve.server")
@@ -43,7 +47,7 @@ log = logging.getLogger("trioserve.server")
 class ServerInfo:
     """What a started server reports: where it listens and what went wrong at start-up."""
 
-    inference: list[str]
+    bound: dict[str, list[str]]  # API name ("inference", "management", ...) -> URLs
     manager: ModelManager
     problems: list[str] = field(default_factory=list)
 
@@ -84,6 +88,36 @@ def manager_settings(config: ServerConfig, work_root: Path) -> ManagerSettings:
     )
 
 
+def build_apps(
+    config: ServerConfig, manager: ModelManager, tokens: TokenStore | None
+) -> list[tuple[str, QuartTrio, Address]]:
+    """Each HTTP API with the address it listens on."""
+    limit = config.max_request_size
+    management = ManagementService(manager, enable_model_api=config.enable_model_api)
+    return [
+        (
+            "inference",
+            create_inference_app(manager, max_request_size=limit, tokens=tokens),
+            config.inference_address,
+        ),
+        (
+            "management",
+            create_management_app(management, max_request_size=limit, tokens=tokens),
+            config.management_address,
+        ),
+    ]
+
+
+def create_tokens(config: ServerConfig) -> TokenStore | None:
+    """The key file (mode 0600), unless token authorization is disabled."""
+    if config.disable_token_authorization:
+        return None
+    path = config.key_file or Path.cwd() / "key_file.json"
+    store = TokenStore.create(path, expiration_min=config.token_expiration_min)
+    log.info("token authorization is on: keys are in %s", path)
+    return store
+
+
 async def _watch_signals(shutdown: trio.Event, force: Callable[[], None]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
@@ -107,6 +141,7 @@ async def serve(
     shutdown = shutdown or trio.Event()
     launcher = launcher or make_launcher(config)
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
+    tokens = create_tokens(config)
     try:
         async with trio.open_nursery() as root:
             manager: ModelManager = await root.start(
@@ -123,21 +158,27 @@ async def serve(
             if handle_signals:
                 root.start_soon(_watch_signals, shutdown, root.cancel_scope.cancel)
             async with trio.open_nursery() as listeners:
-                app = create_inference_app(manager, max_request_size=config.max_request_size)
-                bound = await listeners.start(
-                    partial(
-                        serve_app,
-                        app,
-                        config.inference_address,
-                        shutdown_trigger=shutdown.wait,
-                        graceful_timeout=config.shutdown_grace_seconds,
+                bound: dict[str, list[str]] = {}
+                for api, app, address in build_apps(config, manager, tokens):
+                    bound[api] = await listeners.start(
+                        partial(
+                            serve_app,
+                            app,
+                            address,
+                            shutdown_trigger=shutdown.wait,
+                            graceful_timeout=config.shutdown_grace_seconds,
+                        )
                     )
+                task_status.started(ServerInfo(bound=bound, manager=manager, problems=problems))
+                log.info(
+                    "trioserve ready: %s",
+                    "; ".join(f"{api} API on {', '.join(urls)}" for api, urls in bound.items()),
                 )
-                task_status.started(ServerInfo(inference=bound, manager=manager, problems=problems))
-                log.info("trioserve ready: inference API on %s", ", ".join(bound))
             # Every listener has stopped accepting and drained its requests.
             log.info("listeners closed; stopping workers")
             root.cancel_scope.cancel()
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
+        if tokens is not None:
+            tokens.remove_file()
         log.info("trioserve stopped")

@@ -1,0 +1,78 @@
+"""The TorchServe management API (port 8081): thin routes onto ManagementService."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from trioserve.auth import KeyKind, TokenStore, bearer
+from trioserve.core import errors
+from trioserve.http.common import DOC_ROUTES, install_token_check, json_response, new_app
+from trioserve.runtime.management import ManagementService, Outcome, int_param
+
+
+def outcome_response(outcome: Outcome) -> Response:
+    return json_response(outcome.body, outcome.status)
+
+
+async def register_params() -> Mapping[str, Any]:
+    """Query parameters, or a JSON object body (``Content-Type: application/json``)."""
+    params: dict[str, Any] = dict(request.args.items())
+    if request.mimetype == "application/json":
+        body = await request.get_json(force=True, silent=True)
+        if body is None and await request.get_data():
+            raise errors.bad_request("The request body is not valid JSON.")
+        if body is not None and not isinstance(body, dict):
+            raise errors.bad_request("The JSON request body must be an object.")
+        params.update(body or {})
+    return params
+
+
+def create_management_app(
+    service: ManagementService, *, max_request_size: int, tokens: TokenStore | None = None
+) -> QuartTrio:
+    app = new_app("trioserve.management", max_request_size)
+    install_token_check(app, tokens, KeyKind.MANAGEMENT, exempt=DOC_ROUTES | {("GET", "/token")})
+
+    @app.get("/token")
+    async def token() -> Response:
+        if tokens is None:
+            raise errors.resource_not_found()
+        tokens.regenerate(request.args.get("type", ""), bearer(request.headers.items()))
+        return Response("\n", status=200, content_type="text/plain")
+
+    @app.get("/models")
+    async def list_models() -> Response:
+        args = request.args
+        return outcome_response(
+            service.list_models(int_param(args, "limit"), int_param(args, "next_page_token"))
+        )
+
+    @app.post("/models")
+    async def register() -> Response:
+        return outcome_response(await service.register(await register_params()))
+
+    @app.get("/models/<model_name>")
+    @app.get("/models/<model_name>/<model_version>")
+    async def describe(model_name: str, model_version: str | None = None) -> Response:
+        customized = request.args.get("customized", "false").lower() == "true"
+        return outcome_response(await service.describe(model_name, model_version, customized))
+
+    @app.put("/models/<model_name>")
+    @app.put("/models/<model_name>/<model_version>")
+    async def scale(model_name: str, model_version: str | None = None) -> Response:
+        return outcome_response(await service.scale(model_name, model_version, request.args))
+
+    @app.put("/models/<model_name>/<model_version>/set-default")
+    async def set_default(model_name: str, model_version: str) -> Response:
+        return outcome_response(service.set_default(model_name, model_version))
+
+    @app.delete("/models/<model_name>")
+    @app.delete("/models/<model_name>/<model_version>")
+    async def unregister(model_name: str, model_version: str | None = None) -> Response:
+        return outcome_response(await service.unregister(model_name, model_version))
+
+    return app
