@@ -18,6 +18,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     archive(path, "tsstyle", "ts_style_handler.py", "-c", str(handlers / "ts-config.yaml"))
     archive(path, "slowload", "slow_load_handler.py", "-c", str(handlers / "slow-config.yaml"))
     archive(path, "broken", "broken_handler.py")
+    archive(path, "multi", "control_handler.py", version="1.0", file="multi-1.mar")
+    archive(path, "multi", "control_handler.py", version="2.0", file="multi-2.mar")
     return path
 
 

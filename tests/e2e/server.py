@@ -24,8 +24,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def archive(store: Path, name: str, handler: str, *extra: str) -> Path:
+def archive(
+    store: Path, name: str, handler: str, *extra: str, version: str = "1.0", file: str = ""
+) -> Path:
     """Build an archive with the real ``trioserve archive`` command."""
+    export = store if not file else store / f".build-{file}"
     cmd = [
         sys.executable,
         "-m",
@@ -34,15 +37,19 @@ def archive(store: Path, name: str, handler: str, *extra: str) -> Path:
         "--model-name",
         name,
         "-v",
-        "1.0",
+        version,
         "--handler",
         str(HANDLERS / handler),
         "--export-path",
-        str(store),
+        str(export),
         "-f",
         *extra,
     ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+    if file:
+        (export / f"{name}.mar").rename(store / file)
+        export.rmdir()
+        return store / file
     return store / f"{name}.mar"
 
 

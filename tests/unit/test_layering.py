@@ -8,8 +8,19 @@ import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "trioserve"
-IO_MODULES = {"trio", "asyncio", "torch", "quart", "quart_trio", "hypercorn", "grpclib", "socket",
-              "selectors", "subprocess", "threading"}
+IO_MODULES = {
+    "trio",
+    "asyncio",
+    "torch",
+    "quart",
+    "quart_trio",
+    "hypercorn",
+    "grpclib",
+    "socket",
+    "selectors",
+    "subprocess",
+    "threading",
+}
 
 
 def imported_roots(path: Path) -> set[str]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -187,7 +188,7 @@ class ManagementService:
         manager: ModelManager,
         *,
         enable_model_api: bool,
-        download: Callable[[str], Any] | None = None,
+        download: Callable[[str], Awaitable[Path]] | None = None,
     ) -> None:
         self.manager = manager
         self.enable_model_api = enable_model_api
@@ -207,7 +208,9 @@ class ManagementService:
             raise errors.ServeError(404, "ModelNotFoundException", "empty url")
         if url.startswith(("http://", "https://")):
             if self._download is None:
-                raise errors.bad_request("Registering from http(s) URLs is not available.")
+                raise errors.bad_request(
+                    "Registering from http(s) URLs needs a model store (--model-store)."
+                )
             path = await self._download(url)
             url = path.name
         synchronous = bool_param(params, "synchronous", True)

@@ -22,7 +22,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -30,6 +30,8 @@ from pathlib import Path
 import trio
 from quart_trio import QuartTrio
 
+from trioserve.archive import ArchiveError
+from trioserve.archive.download import download
 from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
@@ -38,7 +40,12 @@ from trioserve.http.management import create_management_app
 from trioserve.http.serve import serve_app
 from trioserve.runtime.launcher import Launcher, SubprocessLauncher
 from trioserve.runtime.management import ManagementService
-from trioserve.runtime.manager import ManagerSettings, ModelManager, worker_environment
+from trioserve.runtime.manager import (
+    ManagerSettings,
+    ModelManager,
+    archive_error,
+    worker_environment,
+)
 
 log = logging.getLogger("trioserve.server")
 
@@ -93,7 +100,9 @@ def build_apps(
 ) -> list[tuple[str, QuartTrio, Address]]:
     """Each HTTP API with the address it listens on."""
     limit = config.max_request_size
-    management = ManagementService(manager, enable_model_api=config.enable_model_api)
+    management = ManagementService(
+        manager, enable_model_api=config.enable_model_api, download=downloader(config)
+    )
     return [
         (
             "inference",
@@ -106,6 +115,26 @@ def build_apps(
             config.management_address,
         ),
     ]
+
+
+def downloader(config: ServerConfig) -> Callable[[str], Awaitable[Path]] | None:
+    """Fetches http(s) model URLs that match ``allowed_urls`` into the model store."""
+    store = config.model_store
+    if store is None:
+        return None
+
+    async def fetch(url: str) -> Path:
+        try:
+            return await download(
+                url,
+                store,
+                config.allowed_urls,
+                max_bytes=config.max_unpacked_archive_bytes,
+            )
+        except ArchiveError as exc:
+            raise archive_error(exc) from None
+
+    return fetch
 
 
 def create_tokens(config: ServerConfig) -> TokenStore | None:

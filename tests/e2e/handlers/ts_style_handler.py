@@ -1,5 +1,7 @@
 """An unmodified TorchServe-style handler: it only knows the ``ts`` package's names."""
 
+import json
+
 from ts.context import Context
 from ts.handler_utils.utils import send_intermediate_predict_response
 from ts.protocol.otf_message_handler import send_intermediate_predict_response as old_send
@@ -17,6 +19,9 @@ class UpperHandler(BaseHandler):
 
     def inference(self, data, *args, **kwargs):
         return [self.prefix + text.upper() for text in data]
+
+    def describe_handle(self):
+        return json.dumps({"purpose": "upper-cases text", "prefix": self.prefix})
 
     def postprocess(self, data):
         assert callable(send_intermediate_predict_response) and callable(old_send)

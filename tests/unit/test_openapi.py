@@ -1,0 +1,488 @@
+"""The OpenAPI documents of the inference, management and metrics APIs."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from openapi_spec_validator import OpenAPIV30SpecValidator, validate
+
+from trioserve.http.openapi import (
+    documented_routes,
+    inference_document,
+    management_document,
+    metrics_document,
+    werkzeug_rule_to_openapi,
+)
+
+VERSION = "0.12.0"
+ERROR_REF = {"$ref": "#/components/schemas/Error"}
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+PREDICT_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+PREDICT_PATHS = (
+    "/predictions/{model_name}",
+    "/predictions/{model_name}/{model_version}",
+    "/predictions/{model_name}/{model_version}/{rest}",
+    "/explanations/{model_name}",
+    "/explanations/{model_name}/{model_version}",
+    "/explanations/{model_name}/{model_version}/{rest}",
+)
+
+INFERENCE_ROUTES = {
+    ("OPTIONS", "/"),
+    ("GET", "/api-description"),
+    ("GET", "/ping"),
+    ("POST", "/ping"),
+} | {(method, path) for path in PREDICT_PATHS for method in PREDICT_METHODS}
+
+MANAGEMENT_ROUTES = {
+    ("OPTIONS", "/"),
+    ("GET", "/api-description"),
+    ("GET", "/models"),
+    ("POST", "/models"),
+    ("GET", "/models/{model_name}"),
+    ("GET", "/models/{model_name}/{model_version}"),
+    ("PUT", "/models/{model_name}"),
+    ("PUT", "/models/{model_name}/{model_version}"),
+    ("PUT", "/models/{model_name}/{model_version}/set-default"),
+    ("DELETE", "/models/{model_name}"),
+    ("DELETE", "/models/{model_name}/{model_version}"),
+    ("GET", "/token"),
+}
+
+METRICS_ROUTES = {("OPTIONS", "/"), ("GET", "/metrics")}
+
+BUILDERS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "inference": inference_document,
+    "management": management_document,
+    "metrics": metrics_document,
+}
+EXPECTED_ROUTES = {
+    "inference": INFERENCE_ROUTES,
+    "management": MANAGEMENT_ROUTES,
+    "metrics": METRICS_ROUTES,
+}
+UNSECURED = {("OPTIONS", "/"), ("GET", "/api-description")}
+
+# Error-status responses whose body is not the shared Error schema.
+NON_ERROR_BODIES = {("inference", "/ping", "500")}
+
+
+def operations(doc: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    """(METHOD, path, path item, operation) for every operation."""
+    for path, item in doc["paths"].items():
+        for method in METHODS:
+            if method in item:
+                yield method.upper(), path, item, item[method]
+
+
+def media_schema(response: dict[str, Any], media_type: str = "application/json") -> Any:
+    return response["content"][media_type]["schema"]
+
+
+def resolve(doc: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if ref is None:
+        return node
+    prefix = "#/components/schemas/"
+    assert ref.startswith(prefix)
+    resolved: dict[str, Any] = doc["components"]["schemas"][ref.removeprefix(prefix)]
+    return resolved
+
+
+@pytest.fixture(params=sorted(BUILDERS))
+def api(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def doc(api: str) -> dict[str, Any]:
+    return BUILDERS[api](VERSION)
+
+
+# ----------------------------------------------------------------------------------------------
+# Whole documents
+
+
+def test_document_validates_as_openapi_30(doc: dict[str, Any]) -> None:
+    validate(doc, cls=OpenAPIV30SpecValidator)  # raises on any problem
+    validate(doc)  # auto-detected as 3.0 too
+
+
+def test_header(doc: dict[str, Any]) -> None:
+    assert doc["openapi"] == "3.0.1"
+    assert doc["info"]["title"] == "TorchServe APIs"
+    assert doc["info"]["version"] == VERSION
+
+
+def test_version_is_the_given_one() -> None:
+    for build in BUILDERS.values():
+        assert build("9.9.9-dev")["info"]["version"] == "9.9.9-dev"
+
+
+def test_document_is_plain_json(doc: dict[str, Any]) -> None:
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_each_call_builds_a_fresh_document(api: str) -> None:
+    first = BUILDERS[api](VERSION)
+    second = BUILDERS[api](VERSION)
+    assert first == second
+    first["paths"].clear()
+    assert second == BUILDERS[api](VERSION)
+
+
+def test_no_object_is_shared_within_a_document(doc: dict[str, Any]) -> None:
+    seen: set[int] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict | list):
+            assert id(node) not in seen
+            seen.add(id(node))
+            for child in node.values() if isinstance(node, dict) else node:
+                walk(child)
+
+    walk(doc)
+
+
+# ----------------------------------------------------------------------------------------------
+# Routes and operations
+
+
+def test_documented_routes_are_exactly_the_server_routes(api: str, doc: dict[str, Any]) -> None:
+    assert documented_routes(doc) == EXPECTED_ROUTES[api]
+
+
+def test_expected_route_counts() -> None:
+    assert len(INFERENCE_ROUTES) == 4 + 6 * 5
+    assert len(MANAGEMENT_ROUTES) == 12
+    assert len(METRICS_ROUTES) == 2
+
+
+def test_documented_routes_ignores_non_method_keys() -> None:
+    doc = {
+        "paths": {
+            "/a/{x}": {
+                "parameters": [],
+                "summary": "s",
+                "description": "d",
+                "servers": [],
+                "get": {},
+                "patch": {},
+            },
+            "/b": {"options": {}},
+        }
+    }
+    assert documented_routes(doc) == {("GET", "/a/{x}"), ("PATCH", "/a/{x}"), ("OPTIONS", "/b")}
+    assert documented_routes({"paths": {}}) == set()
+
+
+def test_operation_ids_are_unique_across_all_documents() -> None:
+    ids = [
+        op["operationId"]
+        for build in BUILDERS.values()
+        for _method, _path, _item, op in operations(build(VERSION))
+    ]
+    assert all(isinstance(i, str) and i for i in ids)
+    assert len(ids) == len(set(ids))
+
+
+def test_every_operation_has_a_summary_and_responses(doc: dict[str, Any]) -> None:
+    for _method, _path, _item, op in operations(doc):
+        assert op["summary"].strip()
+        assert op["responses"]
+
+
+def test_path_parameters_are_declared(doc: dict[str, Any]) -> None:
+    for method, path, item, op in operations(doc):
+        template = set(re.findall(r"\{([^}]+)\}", path))
+        declared = {
+            p["name"]
+            for p in [*item.get("parameters", []), *op.get("parameters", [])]
+            if p["in"] == "path"
+        }
+        assert declared == template, (method, path)
+        for p in [*item.get("parameters", []), *op.get("parameters", [])]:
+            if p["in"] == "path":
+                assert p["required"] is True
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors and security
+
+
+def test_every_error_response_references_the_error_schema(api: str, doc: dict[str, Any]) -> None:
+    checked = 0
+    for _method, path, _item, op in operations(doc):
+        for code, response in op["responses"].items():
+            if int(code) < 400 or (api, path, code) in NON_ERROR_BODIES:
+                continue
+            assert response["description"]
+            assert response["content"] == {"application/json": {"schema": ERROR_REF}}, (path, code)
+            checked += 1
+    if api != "metrics":
+        assert checked > 0
+
+
+def test_error_schema(api: str, doc: dict[str, Any]) -> None:
+    if api == "metrics":
+        return
+    error = doc["components"]["schemas"]["Error"]
+    assert error["type"] == "object"
+    assert error["required"] == ["code", "type", "message"]
+    assert error["additionalProperties"] is False
+    assert error["properties"]["code"]["type"] == "integer"
+    assert error["properties"]["type"]["type"] == "string"
+    assert error["properties"]["message"]["type"] == "string"
+
+
+def test_bearer_security(api: str, doc: dict[str, Any]) -> None:
+    schemes = doc.get("components", {}).get("securitySchemes", {})
+    if api == "metrics":
+        assert schemes == {}
+    else:
+        assert set(schemes) == {"bearerAuth"}
+        assert schemes["bearerAuth"]["type"] == "http"
+        assert schemes["bearerAuth"]["scheme"] == "bearer"
+    for method, path, _item, op in operations(doc):
+        if api == "metrics" or (method, path) in UNSECURED:
+            assert "security" not in op, (method, path)
+            assert "401" not in op["responses"], (method, path)
+        else:
+            assert op["security"] == [{"bearerAuth": []}], (method, path)
+            assert media_schema(op["responses"]["401"]) == ERROR_REF, (method, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference specifics
+
+
+def test_ping() -> None:
+    doc = inference_document(VERSION)
+    for method in ("get", "post"):
+        responses = doc["paths"]["/ping"][method]["responses"]
+        for code in ("200", "500"):
+            health = resolve(doc, media_schema(responses[code]))
+            assert health["required"] == ["status"]
+            assert health["properties"]["status"]["enum"] == ["Healthy", "Unhealthy"]
+
+
+def test_prediction_operations() -> None:
+    doc = inference_document(VERSION)
+    for path in PREDICT_PATHS:
+        for method in PREDICT_METHODS:
+            op = doc["paths"][path][method.lower()]
+            body = op["requestBody"]
+            assert body["required"] is False
+            assert body["content"]["*/*"]["schema"] == {"type": "string", "format": "binary"}
+            for form in ("multipart/form-data", "application/x-www-form-urlencoded"):
+                schema = body["content"][form]["schema"]
+                assert schema["type"] == "object"
+                assert schema["additionalProperties"] is True
+            responses = op["responses"]
+            assert media_schema(responses["200"], "*/*") == {"type": "string", "format": "binary"}
+            assert set(responses) == {"200", "400", "401", "404", "413", "500", "503", "507"}
+
+
+def test_rest_parameter_only_on_rest_paths() -> None:
+    doc = inference_document(VERSION)
+    for path in PREDICT_PATHS:
+        names = [p["name"] for p in doc["paths"][path]["parameters"]]
+        assert ("rest" in names) == path.endswith("{rest}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Management specifics
+
+
+def query_params(op: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in op.get("parameters", []) if p["in"] == "query"}
+
+
+def test_list_models() -> None:
+    doc = management_document(VERSION)
+    op = doc["paths"]["/models"]["get"]
+    params = query_params(op)
+    assert set(params) == {"limit", "next_page_token"}
+    assert all(p["schema"]["type"] == "integer" for p in params.values())
+    listing = resolve(doc, media_schema(op["responses"]["200"]))
+    assert listing["required"] == ["models"]
+    assert listing["properties"]["nextPageToken"]["type"] == "string"
+    summary = resolve(doc, listing["properties"]["models"]["items"])
+    assert set(summary["required"]) == {"modelName", "modelUrl"}
+
+
+REGISTER_FIELDS = {
+    "url": "string",
+    "model_name": "string",
+    "handler": "string",
+    "runtime": "string",
+    "batch_size": "integer",
+    "max_batch_delay": "integer",
+    "initial_workers": "integer",
+    "synchronous": "boolean",
+    "response_timeout": "integer",
+    "startup_timeout": "integer",
+    "s3_sse_kms": "boolean",
+}
+
+
+def test_register_model() -> None:
+    doc = management_document(VERSION)
+    op = doc["paths"]["/models"]["post"]
+    params = query_params(op)
+    assert {name: p["schema"]["type"] for name, p in params.items()} == REGISTER_FIELDS
+    # The JSON body may carry url instead, so the query cannot require it.
+    assert not any(p["required"] for p in params.values())
+    assert "url" in params["url"]["description"].lower()
+    assert "JSON body" in op["description"]
+    assert op["requestBody"]["required"] is False
+    body = resolve(doc, media_schema(op["requestBody"]))
+    assert {name: s["type"] for name, s in body["properties"].items()} == REGISTER_FIELDS
+    assert body["required"] == ["url"]
+    responses = op["responses"]
+    assert set(responses) == {"200", "202", "400", "401", "404", "405", "409", "500"}
+    for code in ("200", "202"):
+        assert media_schema(responses[code]) == {"$ref": "#/components/schemas/Status"}
+
+
+DESCRIBE_FIELDS = [
+    "modelName",
+    "modelVersion",
+    "modelUrl",
+    "engine",
+    "runtime",
+    "minWorkers",
+    "maxWorkers",
+    "batchSize",
+    "maxBatchDelay",
+    "responseTimeout",
+    "startupTimeout",
+    "maxRetryTimeoutInSec",
+    "clientTimeoutInMills",
+    "parallelType",
+    "parallelLevel",
+    "deviceType",
+    "deviceIds",
+    "continuousBatching",
+    "useJobTicket",
+    "useVenv",
+    "stateful",
+    "sequenceMaxIdleMSec",
+    "sequenceTimeoutMSec",
+    "maxNumSequence",
+    "maxSequenceJobQueueSize",
+    "loadedAtStartup",
+    "workers",
+    "jobQueueStatus",
+    "customizedMetadata",
+]
+
+
+@pytest.mark.parametrize("path", ["/models/{model_name}", "/models/{model_name}/{model_version}"])
+def test_describe_model(path: str) -> None:
+    doc = management_document(VERSION)
+    op = doc["paths"][path]["get"]
+    params = query_params(op)
+    assert set(params) == {"customized"}
+    assert params["customized"]["schema"]["type"] == "boolean"
+    array = media_schema(op["responses"]["200"])
+    assert array["type"] == "array"
+    describe = resolve(doc, array["items"])
+    assert list(describe["properties"]) == DESCRIBE_FIELDS
+    assert "customizedMetadata" not in describe["required"]
+    assert {"modelName", "workers", "jobQueueStatus"} <= set(describe["required"])
+    worker = resolve(doc, describe["properties"]["workers"]["items"])
+    assert set(worker["properties"]) == {
+        "id",
+        "startTime",
+        "status",
+        "memoryUsage",
+        "pid",
+        "gpu",
+        "gpuUsage",
+    }
+    queue = resolve(doc, describe["properties"]["jobQueueStatus"])
+    assert set(queue["properties"]) == {"remainingCapacity", "pendingRequests"}
+    assert set(op["responses"]) >= {"200", "401", "404"}
+
+
+@pytest.mark.parametrize("path", ["/models/{model_name}", "/models/{model_name}/{model_version}"])
+def test_scale_workers(path: str) -> None:
+    op = management_document(VERSION)["paths"][path]["put"]
+    assert set(query_params(op)) == {
+        "min_worker",
+        "max_worker",
+        "synchronous",
+        "timeout",
+        "number_gpu",
+    }
+    assert set(op["responses"]) == {"200", "202", "206", "400", "401", "404", "500"}
+
+
+@pytest.mark.parametrize("path", ["/models/{model_name}", "/models/{model_name}/{model_version}"])
+def test_unregister_model(path: str) -> None:
+    op = management_document(VERSION)["paths"][path]["delete"]
+    assert set(op["responses"]) == {"200", "401", "403", "404", "405", "408"}
+
+
+def test_set_default() -> None:
+    op = management_document(VERSION)["paths"]["/models/{model_name}/{model_version}/set-default"]
+    assert set(op["put"]["responses"]) == {"200", "401", "404"}
+
+
+def test_token() -> None:
+    op = management_document(VERSION)["paths"]["/token"]["get"]
+    params = query_params(op)
+    assert params["type"]["schema"]["enum"] == ["management", "inference"]
+    assert set(op["responses"]) == {"200", "400", "401", "404"}
+    assert "text/plain" in op["responses"]["200"]["content"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Metrics specifics
+
+
+def test_metrics_name_filter() -> None:
+    op = metrics_document(VERSION)["paths"]["/metrics"]["get"]
+    (param,) = op["parameters"]
+    assert param["name"] == "name[]"
+    assert param["in"] == "query"
+    assert param["style"] == "form"
+    assert param["explode"] is True
+    assert param["schema"] == {"type": "array", "items": {"type": "string"}}
+    assert op["responses"]["200"]["content"]["text/plain"]["schema"]["type"] == "string"
+
+
+# ----------------------------------------------------------------------------------------------
+# Werkzeug rules
+
+
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ("/", "/"),
+        ("/ping", "/ping"),
+        ("/api-description", "/api-description"),
+        ("/models/<model_name>", "/models/{model_name}"),
+        ("/models/<model_name>/<model_version>", "/models/{model_name}/{model_version}"),
+        ("/models/<model_name>/<path:rest>", "/models/{model_name}/{rest}"),
+        (
+            "/predictions/<model_name>/<model_version>/<path:rest>",
+            "/predictions/{model_name}/{model_version}/{rest}",
+        ),
+        (
+            "/models/<model_name>/<model_version>/set-default",
+            "/models/{model_name}/{model_version}/set-default",
+        ),
+        ("/items/<int:item_id>", "/items/{item_id}"),
+        ("/items/<int(min=1, max=9):item_id>/x", "/items/{item_id}/x"),
+        ("/files/<string(length=2):a>-<any(x, y):b>", "/files/{a}-{b}"),
+    ],
+)
+def test_werkzeug_rule_to_openapi(rule: str, expected: str) -> None:
+    assert werkzeug_rule_to_openapi(rule) == expected
