@@ -56,6 +56,9 @@ trioserve-only keys:
     ``key_file.json`` in the current directory, as in TorchServe.
 ``max_unpacked_archive_bytes`` (4 GiB)
     The most a model archive may expand to when it is extracted.
+``max_workers_per_model`` (0 = four per CPU)
+    The most workers one model version may be scaled to; a register or scale call asking
+    for more is refused with 400 instead of starting that many processes.
 """
 
 from __future__ import annotations
@@ -379,6 +382,7 @@ class ServerConfig:
     ts_open_inference_protocol: bool = False
     # trioserve-only
     shutdown_grace_seconds: float = 30.0
+    max_workers_per_model: int = 0
     worker_stop_grace_seconds: float = 5.0
     key_file: Path | None = None
     max_unpacked_archive_bytes: int = 4 << 30
@@ -431,6 +435,7 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "worker_stop_grace_seconds": ("TS_WORKER_STOP_GRACE_SECONDS",),
     "key_file": ("TS_KEY_FILE",),
     "max_unpacked_archive_bytes": ("TS_MAX_UNPACKED_ARCHIVE_BYTES",),
+    "max_workers_per_model": ("TS_MAX_WORKERS_PER_MODEL",),
 }
 
 #: TorchServe settings that trioserve accepts in a file and ignores.
@@ -802,6 +807,7 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         ),
         key_file=v.path("key_file", cwd, resolve=False),
         max_unpacked_archive_bytes=v.integer("max_unpacked_archive_bytes", 4 << 30, minimum=1),
+        max_workers_per_model=v.integer("max_workers_per_model", 0, minimum=0),
         config_file=config_file,
         unknown_keys=tuple(unknown),
     )

@@ -7,6 +7,8 @@ import pytest
 
 from .server import Server, archive, wait_gone
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 @pytest.fixture(scope="session")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -18,6 +20,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     archive(path, "tsstyle", "ts_style_handler.py", "-c", str(handlers / "ts-config.yaml"))
     archive(path, "slowload", "slow_load_handler.py", "-c", str(handlers / "slow-config.yaml"))
     archive(path, "broken", "broken_handler.py")
+    archive(path, "echo", str(REPO / "handlers" / "echo" / "echo_handler.py"))
     archive(path, "multi", "control_handler.py", version="1.0", file="multi-1.mar")
     archive(path, "multi", "control_handler.py", version="2.0", file="multi-2.mar")
     return path

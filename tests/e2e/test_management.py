@@ -102,6 +102,14 @@ def test_register_errors(mgmt: Server) -> None:
         assert r.status_code == 400 and "batch_size" in r.json()["message"]
         r = c.post("/models", params={"url": "../control2.mar"})
         assert r.status_code == 404
+        r = c.put("/models/control", params={"min_worker": 100000})
+        assert r.status_code == 400 and "max_workers_per_model" in r.json()["message"]
+        r = c.post("/models", params={"url": "control2.mar", "initial_workers": -1})
+        assert r.status_code == 400 and "initial_workers" in r.json()["message"]
+        r = c.post(
+            "/models", content=b'{"url": "\xff', headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 400 and "not valid JSON" in r.json()["message"]
         r = c.post("/models", params={"url": "http://127.0.0.1:1/x.mar"})
         assert r.status_code == 404 and "allowed" in r.json()["message"]
 

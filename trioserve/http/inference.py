@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from trioserve import __version__
 from trioserve.auth import KeyKind, TokenStore
 from trioserve.core.errors import ServeError
 from trioserve.core.messages import Param, Reply
@@ -19,6 +20,7 @@ from trioserve.http.common import (
     json_response,
     new_app,
 )
+from trioserve.http.openapi import inference_document
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.manager import ModelManager
 
@@ -131,21 +133,26 @@ def create_inference_app(
         infer = InferenceRequest(model=model, version=version, params=params, headers=headers)
         return await answer(manager, infer)
 
+    @app.route("/", methods=["OPTIONS"])
+    @app.get("/api-description")
+    async def api_description() -> Response:
+        return json_response(inference_document(__version__))
+
     for prefix, explain in (("predictions", False), ("explanations", True)):
 
         def bind(explain: bool = explain, prefix: str = prefix) -> None:
             async def route(
-                model_name: str, version: str | None = None, rest: str | None = None
+                model_name: str, model_version: str | None = None, rest: str | None = None
             ) -> Response:
-                return await predict(model_name, version, rest, explain)
+                return await predict(model_name, model_version, rest, explain)
 
             route.__name__ = f"{prefix}_route"
             app.add_url_rule(f"/{prefix}/<model_name>", view_func=route, methods=PREDICT_METHODS)
             app.add_url_rule(
-                f"/{prefix}/<model_name>/<version>", view_func=route, methods=PREDICT_METHODS
+                f"/{prefix}/<model_name>/<model_version>", view_func=route, methods=PREDICT_METHODS
             )
             app.add_url_rule(
-                f"/{prefix}/<model_name>/<version>/<path:rest>",
+                f"/{prefix}/<model_name>/<model_version>/<path:rest>",
                 view_func=route,
                 methods=PREDICT_METHODS,
             )

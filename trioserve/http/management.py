@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from trioserve import __version__
 from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
 from trioserve.http.common import DOC_ROUTES, install_token_check, json_response, new_app
+from trioserve.http.openapi import management_document
 from trioserve.runtime.management import ManagementService, Outcome, int_param
 
 
@@ -22,12 +25,15 @@ async def register_params() -> Mapping[str, Any]:
     """Query parameters, or a JSON object body (``Content-Type: application/json``)."""
     params: dict[str, Any] = dict(request.args.items())
     if request.mimetype == "application/json":
-        body = await request.get_json(force=True, silent=True)
-        if body is None and await request.get_data():
-            raise errors.bad_request("The request body is not valid JSON.")
-        if body is not None and not isinstance(body, dict):
-            raise errors.bad_request("The JSON request body must be an object.")
-        params.update(body or {})
+        raw = await request.get_data(as_text=False)
+        if raw.strip():
+            try:
+                body = json.loads(raw)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise errors.bad_request(f"The request body is not valid JSON: {exc}") from None
+            if not isinstance(body, dict):
+                raise errors.bad_request("The JSON request body must be an object.")
+            params.update(body)
     return params
 
 
@@ -36,6 +42,11 @@ def create_management_app(
 ) -> QuartTrio:
     app = new_app("trioserve.management", max_request_size)
     install_token_check(app, tokens, KeyKind.MANAGEMENT, exempt=DOC_ROUTES | {("GET", "/token")})
+
+    @app.route("/", methods=["OPTIONS"])
+    @app.get("/api-description")
+    async def api_description() -> Response:
+        return json_response(management_document(__version__))
 
     @app.get("/token")
     async def token() -> Response:

@@ -189,9 +189,11 @@ class ManagementService:
         *,
         enable_model_api: bool,
         download: Callable[[str], Awaitable[Path]] | None = None,
+        max_workers: int = 64,
     ) -> None:
         self.manager = manager
         self.enable_model_api = enable_model_api
+        self.max_workers = max_workers
         self._download = download
 
     # register ---------------------------------------------------------------------------
@@ -215,6 +217,8 @@ class ManagementService:
             url = path.name
         synchronous = bool_param(params, "synchronous", True)
         initial = int_param(params, "initial_workers")
+        if initial is not None:
+            self._check_workers("initial_workers", initial)
         options = RegisterOptions(
             url=url,
             model_name=str_param(params, "model_name"),
@@ -257,8 +261,8 @@ class ManagementService:
         min_workers = 1 if min_workers is None else min_workers
         max_workers = int_param(params, "max_worker")
         max_workers = min_workers if max_workers is None else max_workers
-        if min_workers < 0:
-            raise errors.bad_request("min_worker cannot be negative.")
+        self._check_workers("min_worker", min_workers)
+        self._check_workers("max_worker", max_workers)
         if max_workers < min_workers:
             raise errors.bad_request("max_worker cannot be less than min_worker.")
         synchronous = bool_param(params, "synchronous", False)
@@ -277,6 +281,15 @@ class ManagementService:
         if version:
             text += f", version: {version}"
         return Outcome(200, {"status": text})
+
+    def _check_workers(self, name: str, count: int) -> None:
+        if count < 0:
+            raise errors.bad_request(f"{name} cannot be negative.")
+        if count > self.max_workers:
+            raise errors.bad_request(
+                f"{name} {count} is more than the {self.max_workers} workers a model may have "
+                "(max_workers_per_model)."
+            )
 
     # describe ---------------------------------------------------------------------------
 

@@ -101,7 +101,10 @@ def build_apps(
     """Each HTTP API with the address it listens on."""
     limit = config.max_request_size
     management = ManagementService(
-        manager, enable_model_api=config.enable_model_api, download=downloader(config)
+        manager,
+        enable_model_api=config.enable_model_api,
+        download=downloader(config),
+        max_workers=config.max_workers_per_model or 4 * (os.cpu_count() or 1),
     )
     return [
         (

@@ -83,7 +83,7 @@ class Worker:
         self._launcher = launcher
         self.state = WorkerState.STARTING
         self.pid: int | None = None
-        self.start_time: dt.datetime | None = None
+        self.start_time = dt.datetime.now()
         self.last_error: str | None = None
         self.failures = 0
         self.restarts = 0
