@@ -11,7 +11,8 @@ from quart import Response
 from quart_trio import QuartTrio
 
 from trioserve.http.common import NO_CACHE_HEADERS
-from trioserve.metrics import CONTENT_TYPE, ServerMetrics, create_metrics_app
+from trioserve.http.metrics import create_metrics_app
+from trioserve.metrics import CONTENT_TYPE, ServerMetrics
 
 HOST = "app-host"
 NOT_FOUND = {
@@ -162,7 +163,7 @@ async def test_api_description(app: QuartTrio, method: str, path: str) -> None:
     assert doc["info"]["title"] == "TorchServe APIs"
     (parameter,) = doc["paths"]["/metrics"]["get"]["parameters"]
     assert parameter["name"] == "name[]"
-    assert CONTENT_TYPE in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
+    assert "text/plain" in doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
 
 
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])

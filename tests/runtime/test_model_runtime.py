@@ -254,3 +254,48 @@ async def test_shutdown_fails_queued_jobs_clearly() -> None:
             nursery.cancel_scope.cancel()
     assert [e.status for e in errors] == [503, 503]
     assert launcher.processes[0].returncode is not None
+
+
+async def test_a_worker_dying_while_idle_is_restarted_before_any_job_reaches_it() -> None:
+    launcher = FakeLauncher()
+    async with trio.open_nursery() as nursery:
+        model = await start(nursery, launcher)
+        launcher.processes[0].exit(-9)
+        with trio.fail_after(5):
+            while len(launcher.processes) < 2 or not model.workers[0].serving:
+                await trio.sleep(0.01)
+        assert model.workers[0].last_error is not None
+        assert "idle worker exited" in model.workers[0].last_error
+        assert await result(model, "fine") == b"fine"
+        assert launcher.batches == [[launcher.batches[0][0]]]  # only the new request ran
+        nursery.cancel_scope.cancel()
+
+
+async def test_metrics_frames_reach_the_sink_after_the_final_reply() -> None:
+    from trioserve.core.frames import Kind, encode
+
+    async def with_metrics(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await proc.send_reply(
+            BatchReply(batch_id, 200, "", [Reply(items[0].request_id, b"ok")], True)
+        )
+        assert proc.stream is not None
+        await proc.stream.send_all(encode(Kind.METRICS, {"metrics": [{"name": "X", "value": 1}]}))
+
+    seen: list[list[object]] = []
+    pool_settings = pool()
+    from dataclasses import replace
+
+    pool_settings = replace(
+        pool_settings, worker=replace(pool_settings.worker, on_metrics=seen.append)
+    )
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(settings(1), pool_settings, FakeLauncher(behaviour=with_metrics))
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        assert await result(model, "a") == b"ok"
+        with trio.fail_after(2):
+            while not seen:
+                await trio.sleep(0.01)
+        assert seen == [[{"name": "X", "value": 1}]]
+        nursery.cancel_scope.cancel()

@@ -13,6 +13,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, Reque
 from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
+from trioserve.metrics.registry import ServerMetrics
 
 log = logging.getLogger("trioserve.http")
 
@@ -79,8 +80,15 @@ def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
         )
 
 
-def new_app(name: str, max_request_size: int) -> QuartTrio:
+def new_app(name: str, max_request_size: int, metrics: ServerMetrics | None = None) -> QuartTrio:
     app = QuartTrio(name)
+    if metrics is not None:
+
+        @app.after_request
+        async def _count_status(response: Response) -> Response:
+            metrics.http_status(response.status_code)
+            return response
+
     app.config["MAX_CONTENT_LENGTH"] = max_request_size
     app.config["RESPONSE_TIMEOUT"] = None  # streams may run long; the model has its own timeout
     app.config["BODY_TIMEOUT"] = 60

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
@@ -21,6 +23,7 @@ from trioserve.http.common import (
     new_app,
 )
 from trioserve.http.openapi import inference_document
+from trioserve.metrics import ServerMetrics
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.manager import ModelManager
 
@@ -57,10 +60,17 @@ def forwarded_headers() -> list[tuple[str, str]]:
 class ReplyBody:
     """The streamed body of a job whose handler sends intermediate responses."""
 
-    def __init__(self, first: Reply, rest: AsyncIterator[tuple[Reply, bool]], job: Job) -> None:
+    def __init__(
+        self,
+        first: Reply,
+        rest: AsyncIterator[tuple[Reply, bool]],
+        job: Job,
+        on_final: Callable[[], None],
+    ) -> None:
         self._first: Reply | None = first
         self._rest = rest
         self._job = job
+        self._on_final = on_final
 
     def __aiter__(self) -> ReplyBody:
         return self
@@ -70,11 +80,13 @@ class ReplyBody:
             body, self._first = bytes(self._first.body), None
             return body
         try:
-            reply, _final = await self._rest.__anext__()
+            reply, final = await self._rest.__anext__()
         except ServeError as error:
             # Headers are gone already: end the stream with the error text as the last chunk.
             self._job.cancel()
             return f"\n{error.status} {error.message}".encode()
+        if final:
+            self._on_final()
         return bytes(reply.body)
 
     async def aclose(self) -> None:
@@ -93,8 +105,26 @@ def reply_response(reply: Reply, body: bytes | ReplyBody, request_id: str) -> Re
     return response
 
 
-async def answer(manager: ModelManager, infer: InferenceRequest) -> Response:
+def _finished(
+    metrics: ServerMetrics | None, infer: InferenceRequest, job: Job, began: float
+) -> None:
+    if metrics is None or job.started_at is None:
+        return
+    metrics.request_finished(
+        infer.model,
+        infer.version,
+        latency_us=(trio.current_time() - began) * 1e6,
+        queue_us=(job.started_at - job.enqueued_at) * 1e6,
+    )
+
+
+async def answer(
+    manager: ModelManager, infer: InferenceRequest, metrics: ServerMetrics | None = None
+) -> Response:
     """Queue the request and turn the job's replies into a response (streamed if needed)."""
+    began = trio.current_time()
+    if metrics is not None:
+        metrics.request_received(infer.model, infer.version)
     try:
         job = manager.submit(infer)
     except ServeError as error:
@@ -108,14 +138,20 @@ async def answer(manager: ModelManager, infer: InferenceRequest) -> Response:
         job.cancel()
         raise
     if final:
+        _finished(metrics, infer, job, began)
         return reply_response(first, bytes(first.body), infer.request_id)
-    return reply_response(first, ReplyBody(first, replies, job), infer.request_id)
+    body = ReplyBody(first, replies, job, partial(_finished, metrics, infer, job, began))
+    return reply_response(first, body, infer.request_id)
 
 
 def create_inference_app(
-    manager: ModelManager, *, max_request_size: int, tokens: TokenStore | None = None
+    manager: ModelManager,
+    *,
+    max_request_size: int,
+    tokens: TokenStore | None = None,
+    metrics: ServerMetrics | None = None,
 ) -> QuartTrio:
-    app = new_app("trioserve.inference", max_request_size)
+    app = new_app("trioserve.inference", max_request_size, metrics)
     install_token_check(app, tokens, KeyKind.INFERENCE, exempt=DOC_ROUTES)
 
     @app.route("/ping", methods=["GET", "POST"])
@@ -131,7 +167,7 @@ def create_inference_app(
         if rest is not None:
             headers.append(("url_path", rest))
         infer = InferenceRequest(model=model, version=version, params=params, headers=headers)
-        return await answer(manager, infer)
+        return await answer(manager, infer, metrics)
 
     @app.route("/", methods=["OPTIONS"])
     @app.get("/api-description")

@@ -14,6 +14,7 @@ from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
 from trioserve.http.common import DOC_ROUTES, install_token_check, json_response, new_app
 from trioserve.http.openapi import management_document
+from trioserve.metrics import ServerMetrics
 from trioserve.runtime.management import ManagementService, Outcome, int_param
 
 
@@ -38,9 +39,13 @@ async def register_params() -> Mapping[str, Any]:
 
 
 def create_management_app(
-    service: ManagementService, *, max_request_size: int, tokens: TokenStore | None = None
+    service: ManagementService,
+    *,
+    max_request_size: int,
+    tokens: TokenStore | None = None,
+    metrics: ServerMetrics | None = None,
 ) -> QuartTrio:
-    app = new_app("trioserve.management", max_request_size)
+    app = new_app("trioserve.management", max_request_size, metrics)
     install_token_check(app, tokens, KeyKind.MANAGEMENT, exempt=DOC_ROUTES | {("GET", "/token")})
 
     @app.route("/", methods=["OPTIONS"])

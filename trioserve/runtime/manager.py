@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import re
@@ -9,6 +10,7 @@ import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -43,6 +45,10 @@ class ManagerSettings:
     max_response_size: int
     max_unpacked_bytes: int
     unregister_timeout: float
+    # Receives each worker's handler metrics: (model, version, records).
+    metrics_sink: Callable[[str, str, list[Any]], None] | None = None
+    # Told each worker's load time: (worker name, milliseconds).
+    load_time_sink: Callable[[str, float], None] | None = None
 
 
 @dataclass(slots=True)
@@ -199,6 +205,10 @@ class ModelManager:
             model_yaml_config=dict(loaded.config.raw),
         )
         max_frame = self.settings.max_response_size * settings.batch_size + (1 << 20)
+        sink = self.settings.metrics_sink
+        on_metrics = (
+            None if sink is None else functools.partial(sink, settings.name, settings.version)
+        )
         worker = WorkerSettings(
             load=load,
             cwd=loaded.model_dir,
@@ -207,6 +217,8 @@ class ModelManager:
             stop_grace=self.settings.stop_grace,
             max_frame=max_frame,
             batch_size=settings.batch_size,
+            on_metrics=on_metrics,
+            on_loaded=self.settings.load_time_sink,
         )
         return PoolSettings(worker=worker, next_worker_id=lambda: next(self._worker_ids))
 

@@ -37,7 +37,9 @@ from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
 from trioserve.http.inference import create_inference_app
 from trioserve.http.management import create_management_app
+from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
+from trioserve.metrics import ServerMetrics, sample_system_forever
 from trioserve.runtime.launcher import Launcher, SubprocessLauncher
 from trioserve.runtime.management import ManagementService
 from trioserve.runtime.manager import (
@@ -59,6 +61,10 @@ class ServerInfo:
     problems: list[str] = field(default_factory=list)
 
 
+# How often CPU, memory and disk gauges are sampled (TorchServe: metric_time_interval, 60 s).
+SYSTEM_METRICS_INTERVAL = 60.0
+
+
 def startup_workers(config: ServerConfig) -> int:
     return config.default_workers_per_model or (os.cpu_count() or 1)
 
@@ -77,7 +83,9 @@ def make_launcher(config: ServerConfig) -> SubprocessLauncher:
     return SubprocessLauncher(env)
 
 
-def manager_settings(config: ServerConfig, work_root: Path) -> ManagerSettings:
+def manager_settings(
+    config: ServerConfig, work_root: Path, metrics: ServerMetrics | None = None
+) -> ManagerSettings:
     return ManagerSettings(
         model_store=config.model_store,
         work_root=work_root,
@@ -92,11 +100,16 @@ def manager_settings(config: ServerConfig, work_root: Path) -> ManagerSettings:
         max_response_size=config.max_response_size,
         max_unpacked_bytes=config.max_unpacked_archive_bytes,
         unregister_timeout=config.unregister_model_timeout,
+        metrics_sink=None if metrics is None else metrics.handler_metrics,
+        load_time_sink=None if metrics is None else metrics.worker_loaded,
     )
 
 
 def build_apps(
-    config: ServerConfig, manager: ModelManager, tokens: TokenStore | None
+    config: ServerConfig,
+    manager: ModelManager,
+    tokens: TokenStore | None,
+    metrics: ServerMetrics,
 ) -> list[tuple[str, QuartTrio, Address]]:
     """Each HTTP API with the address it listens on."""
     limit = config.max_request_size
@@ -106,18 +119,29 @@ def build_apps(
         download=downloader(config),
         max_workers=config.max_workers_per_model or 4 * (os.cpu_count() or 1),
     )
-    return [
+    apps = [
         (
             "inference",
-            create_inference_app(manager, max_request_size=limit, tokens=tokens),
+            create_inference_app(manager, max_request_size=limit, tokens=tokens, metrics=metrics),
             config.inference_address,
         ),
         (
             "management",
-            create_management_app(management, max_request_size=limit, tokens=tokens),
+            create_management_app(
+                management, max_request_size=limit, tokens=tokens, metrics=metrics
+            ),
             config.management_address,
         ),
     ]
+    if config.enable_metrics_api:
+        apps.append(
+            (
+                "metrics",
+                create_metrics_app(metrics, max_request_size=limit),
+                config.metrics_address,
+            )
+        )
+    return apps
 
 
 def downloader(config: ServerConfig) -> Callable[[str], Awaitable[Path]] | None:
@@ -174,10 +198,11 @@ async def serve(
     launcher = launcher or make_launcher(config)
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
     tokens = create_tokens(config)
+    metrics = ServerMetrics(mode=config.metrics_mode)
     try:
         async with trio.open_nursery() as root:
             manager: ModelManager = await root.start(
-                ModelManager(manager_settings(config, work_root), launcher).run
+                ModelManager(manager_settings(config, work_root, metrics), launcher).run
             )
             problems = await manager.load_startup_models(
                 config.load_models, startup_workers(config)
@@ -189,9 +214,10 @@ async def serve(
                     await entry.model.wait_settled()
             if handle_signals:
                 root.start_soon(_watch_signals, shutdown, root.cancel_scope.cancel)
+            await root.start(sample_system_forever, metrics, SYSTEM_METRICS_INTERVAL)
             async with trio.open_nursery() as listeners:
                 bound: dict[str, list[str]] = {}
-                for api, app, address in build_apps(config, manager, tokens):
+                for api, app, address in build_apps(config, manager, tokens, metrics):
                     bound[api] = await listeners.start(
                         partial(
                             serve_app,

@@ -15,8 +15,10 @@ import datetime as dt
 import enum
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -56,6 +58,8 @@ class WorkerSettings:
     stop_grace: float
     max_frame: int
     batch_size: int = 1
+    on_metrics: Callable[[list[Any]], None] | None = None
+    on_loaded: Callable[[str, float], None] | None = None  # (worker name, load ms)
 
 
 class WorkerFailure(Exception):
@@ -185,7 +189,10 @@ class Worker:
                 self.pid = process.pid
                 self.start_time = dt.datetime.now()
                 conn = WorkerConnection(launched.stream, self.settings.max_frame)
+                load_began = trio.current_time()
                 await self._load(conn, process)
+                if self.settings.on_loaded is not None:
+                    self.settings.on_loaded(self.name, (trio.current_time() - load_began) * 1000.0)
                 nursery.start_soon(self._send_cancels, conn)
                 await self._serve(conn, process)
             except WorkerFailure as exc:
@@ -262,28 +269,72 @@ class Worker:
         self._inflight.pop(job.request_id, None)
         self._cancel_send.send_nowait(job.request_id)
 
-    async def _take_batch(self) -> list[Job]:
+    async def _take_batch(self, conn: WorkerConnection, process: WorkerProcess) -> list[Job]:
+        """Wait for work; meanwhile keep reading the worker (trailing METRICS frames, and
+        EOF: a worker that dies while idle is restarted before any job reaches it)."""
+        batch: list[Job] = []
+        failure: list[WorkerFailure] = []
         self._idle_scope = trio.CancelScope()
         try:
             with self._idle_scope:
-                first = await self._queue.get()
-                batch = [first]
-                while len(batch) < self.settings.batch_size:
-                    job = self._queue.get_nowait()
-                    if job is None:
-                        break
-                    batch.append(job)
-                return batch
-            return []
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._watch_idle, conn, process, failure, nursery)
+                    first = await self._queue.get()
+                    batch.append(first)
+                    while len(batch) < self.settings.batch_size:
+                        job = self._queue.get_nowait()
+                        if job is None:
+                            break
+                        batch.append(job)
+                    nursery.cancel_scope.cancel()
+        except BaseException:
+            for job in reversed(batch):
+                self._queue.put_front(job)
+            raise
         finally:
             self._idle_scope = None
+        if failure:
+            for job in reversed(batch):
+                self._queue.put_front(job)
+            raise failure[0]
+        return batch
+
+    async def _watch_idle(
+        self,
+        conn: WorkerConnection,
+        process: WorkerProcess,
+        failure: list[WorkerFailure],
+        nursery: trio.Nursery,
+    ) -> None:
+        try:
+            while True:
+                frame = await conn.receive()
+                if frame is None:
+                    error = await self._died_error(process)
+                    failure.append(
+                        WorkerFailure(error, detail=f"the idle worker exited: {error.message}")
+                    )
+                    break
+                self._other_frame(frame)
+        except (FrameError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            failure.append(
+                WorkerFailure(errors.worker_died(), detail=f"the idle worker broke: {exc}")
+            )
+        nursery.cancel_scope.cancel()
+
+    def _other_frame(self, frame: Frame) -> None:
+        """A frame that is not an answer: metrics go to the sink, the rest is ignored."""
+        if frame.kind is Kind.METRICS and self.settings.on_metrics is not None:
+            records = frame.meta.get("metrics")
+            if isinstance(records, list):
+                self.settings.on_metrics(records)
 
     async def _serve(self, conn: WorkerConnection, process: WorkerProcess) -> None:
         self.failures = 0
         self._reached_ready = True
         while not self._stop_requested:
             self._set_state(WorkerState.READY)
-            batch = await self._take_batch()
+            batch = await self._take_batch(conn, process)
             if not batch:
                 continue
             self._set_state(WorkerState.BUSY)
@@ -314,6 +365,7 @@ class Worker:
                     error = await self._died_error(process)
                     raise WorkerFailure(error, detail=error.message)
                 if frame.kind is not Kind.RESPONSE:
+                    self._other_frame(frame)
                     continue
                 reply = decode_reply(frame)
                 if reply.batch_id != self._batch_id:
