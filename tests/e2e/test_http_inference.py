@@ -393,3 +393,24 @@ def test_port_in_use_fails_startup_with_the_reason(make_server) -> None:  # type
     )
     assert out.returncode == 1
     assert "failed to start" in out.stderr and "address already in use" in out.stderr.lower()
+
+
+def test_an_error_with_an_unread_body_does_not_stall_the_next_request(server: Server) -> None:
+    # Found by schemathesis: a 405 left the body unread and the keep-alive connection hung.
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    try:
+        for method in ("TRACE", "QUERY", "OPTIONS", "POST"):
+            conn.request(
+                method,
+                "/predictions/nope",
+                body=b'""',
+                headers={"Content-Type": "application/json"},
+            )
+            response = conn.getresponse()
+            response.read()
+            assert response.status in (404, 405)
+            assert response.getheader("Connection") == "close"
+    finally:
+        conn.close()

@@ -32,7 +32,7 @@ def run_schemathesis(
         "--seed",
         "1",
         "--request-timeout",
-        "20",
+        "60",
         "--phases",
         "examples,coverage,fuzzing",
         "--no-color",
@@ -44,7 +44,13 @@ def run_schemathesis(
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory, store: Path):  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("fuzz")
-    server = Server(root, store, "echo=echo.mar", properties={"enable_model_api": "true"})
+    # A low worker cap keeps fuzzed scale calls from starting many processes on a small box.
+    server = Server(
+        root,
+        store,
+        "echo=echo.mar",
+        properties={"enable_model_api": "true", "max_workers_per_model": "2"},
+    )
     server.start()
     yield server
     server.stop()

@@ -14,11 +14,13 @@ from .server import Server
 
 pytestmark = pytest.mark.e2e
 
-MANIFEST = json.dumps({
-    "runtime": "python",
-    "model": {"modelName": "evil", "modelVersion": "1.0", "handler": "h.py"},
-    "archiverVersion": "0.12.0",
-})
+MANIFEST = json.dumps(
+    {
+        "runtime": "python",
+        "model": {"modelName": "evil", "modelVersion": "1.0", "handler": "h.py"},
+        "archiverVersion": "0.12.0",
+    }
+)
 
 
 def write_zip(path: Path, entries: list[tuple[zipfile.ZipInfo | str, bytes]]) -> None:
@@ -47,12 +49,16 @@ def leftovers(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def test_hostile_archives_are_refused_and_leave_nothing(make_server, attack_store: Path,  # type: ignore[no-untyped-def]
-                                                        tmp_path: Path) -> None:
+def test_hostile_archives_are_refused_and_leave_nothing(
+    make_server,
+    attack_store: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     tmp = tmp_path / "server-tmp"
     tmp.mkdir()
     server: Server = make_server(
-        "", properties={"enable_model_api": "true", "max_unpacked_archive_bytes": str(4 << 20)},
+        "",
+        properties={"enable_model_api": "true", "max_unpacked_archive_bytes": str(4 << 20)},
         env={"TMPDIR": str(tmp)},
     )
     server.store = attack_store
@@ -81,20 +87,30 @@ def test_hostile_archives_are_refused_and_leave_nothing(make_server, attack_stor
 
 def test_urls_outside_the_store_are_refused_without_network(mgmt_default: Server) -> None:
     with httpx.Client(base_url=mgmt_default.management_url, timeout=60) as c:
-        for url in ("http://127.0.0.1:1/m.mar", "https://example.invalid/m.mar",
-                    "file:///etc/passwd", "../control.mar", "/etc/passwd"):
+        for url in (
+            "http://127.0.0.1:1/m.mar",
+            "https://example.invalid/m.mar",
+            "file:///etc/passwd",
+            "../control.mar",
+            "/etc/passwd",
+        ):
             r = c.post("/models", params={"url": url})
             assert r.status_code in (400, 404), (url, r.text)
             assert r.json()["type"] in ("ModelNotFoundException", "BadRequestException")
 
 
 def test_oversized_bodies_are_413_on_both_ports(make_server) -> None:  # type: ignore[no-untyped-def]
-    server: Server = make_server(properties={"enable_model_api": "true",
-                                             "max_request_size": "2048"})
+    server: Server = make_server(
+        properties={"enable_model_api": "true", "max_request_size": "2048"}
+    )
     server.start()
     big = b"{" + b" " * 10_000 + b"}"
-    r = httpx.post(f"{server.management_url}/models", content=big,
-                   headers={"Content-Type": "application/json"}, timeout=30)
+    r = httpx.post(
+        f"{server.management_url}/models",
+        content=big,
+        headers={"Content-Type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 413
     r = httpx.post(f"{server.url}/predictions/control", content=bytes(10_000), timeout=30)
     assert r.status_code == 413 and "2048" in r.json()["message"]
@@ -103,19 +119,24 @@ def test_oversized_bodies_are_413_on_both_ports(make_server) -> None:  # type: i
 def test_wrong_tokens_are_refused_on_every_protected_port(make_server) -> None:  # type: ignore[no-untyped-def]
     server: Server = make_server(tokens=True, properties={"enable_model_api": "true"})
     server.start()
-    for headers in ({}, {"Authorization": "Bearer wrongkey"}, {"Authorization": "Basic abc"},
-                    {"Authorization": f"Bearer {server.key('API')}"}):
-        for method, url in (("POST", f"{server.url}/predictions/control"),
-                            ("GET", f"{server.url}/ping"),
-                            ("GET", f"{server.management_url}/models"),
-                            ("POST", f"{server.management_url}/models?url=control2.mar"),
-                            ("DELETE", f"{server.management_url}/models/control")):
+    for headers in (
+        {},
+        {"Authorization": "Bearer wrongkey"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": f"Bearer {server.key('API')}"},
+    ):
+        for method, url in (
+            ("POST", f"{server.url}/predictions/control"),
+            ("GET", f"{server.url}/ping"),
+            ("GET", f"{server.management_url}/models"),
+            ("POST", f"{server.management_url}/models?url=control2.mar"),
+            ("DELETE", f"{server.management_url}/models/control"),
+        ):
             r = httpx.request(method, url, headers=headers, timeout=30)
             assert r.status_code == 401, (method, url, headers)
             assert r.json()["type"] == "InvalidKeyException"
     # nothing was registered or removed by any of those
-    r = httpx.get(f"{server.management_url}/models", headers=server.auth("management"),
-                  timeout=30)
+    r = httpx.get(f"{server.management_url}/models", headers=server.auth("management"), timeout=30)
     assert [m["modelName"] for m in r.json()["models"]] == ["control"]
 
 
@@ -123,8 +144,7 @@ def test_listeners_bind_loopback_by_default(tmp_path: Path) -> None:
     from trioserve.config import CliOptions, load_config
 
     config = load_config(CliOptions(), {}, tmp_path)
-    for address in (config.inference_address, config.management_address,
-                    config.metrics_address):
+    for address in (config.inference_address, config.management_address, config.metrics_address):
         assert address.host == "127.0.0.1"
     assert config.grpc_inference_address == config.grpc_management_address == "127.0.0.1"
     assert config.allowed_urls == ()

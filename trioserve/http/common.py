@@ -42,9 +42,6 @@ def error_response(error: ServeError, request_id: str | None = None) -> Response
     response = json_response(error.body(), error.status, request_id)
     if error.retry_after is not None:
         response.headers["Retry-After"] = str(error.retry_after)
-    if error.status == 413:
-        # The body was not read: the connection cannot carry another request.
-        response.headers["Connection"] = "close"
     return response
 
 
@@ -82,12 +79,16 @@ def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
 
 def new_app(name: str, max_request_size: int, metrics: ServerMetrics | None = None) -> QuartTrio:
     app = QuartTrio(name)
-    if metrics is not None:
 
-        @app.after_request
-        async def _count_status(response: Response) -> Response:
+    @app.after_request
+    async def _finish(response: Response) -> Response:
+        if metrics is not None:
             metrics.http_status(response.status_code)
-            return response
+        if response.status_code >= 400:
+            # As TorchServe: an error closes the connection. An error may leave the request
+            # body unread, and a keep-alive connection would then stall the next request.
+            response.headers["Connection"] = "close"
+        return response
 
     app.config["MAX_CONTENT_LENGTH"] = max_request_size
     app.config["RESPONSE_TIMEOUT"] = None  # streams may run long; the model has its own timeout
