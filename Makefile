@@ -5,9 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STORE ?= model_store
 
-.PHONY: setup serve test lint typecheck unit clean
+.PHONY: setup serve test lint typecheck unit clean asan
 
-$(STAMP): pyproject.toml
+NATIVE := trioserve/_collate.abi3.so
+
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch first, pinned: a range would pull CUDA wheels.
@@ -15,7 +17,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The C collator (also built by pip install); rebuilt when its sources change.
+$(NATIVE): $(STAMP) native/collate.c native/collate.h native/build_collate.py
+	$(BIN)/python native/build_collate.py
+
+setup: $(STAMP) $(NATIVE)
 
 ## Serve the bundled demo models in the foreground (Ctrl-C drains and stops).
 serve: setup
@@ -32,5 +38,9 @@ typecheck: setup
 test: lint typecheck
 	$(BIN)/pytest
 
+## The native tests again, with the C code built under AddressSanitizer + UBSan.
+asan: setup
+	sh native/sanitize.sh
+
 clean:
-	rm -rf $(VENV) $(STORE) logs .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(STORE) logs build .mypy_cache .pytest_cache .ruff_cache trioserve/_collate*.so

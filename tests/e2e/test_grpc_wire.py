@@ -4,6 +4,8 @@ drives every rpc of a real trioserve process over real sockets."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -447,3 +449,53 @@ def test_oversized_message_is_resource_exhausted(secured: GrpcServer, pb: Grpcio
         )
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert secured.worker_pids() == pids
+
+
+KILLED_CLIENT = """
+import asyncio, sys
+import grpc
+from trioserve._proto.org.pytorch.serve.grpc.inference import PredictionResponse, PredictionsRequest
+
+SERVICE = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/"
+
+async def main(port):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        unary = channel.unary_unary(SERVICE + "Predictions", request_serializer=bytes,
+                                    response_deserializer=PredictionResponse.parse)
+        stream = channel.unary_stream(SERVICE + "StreamPredictions", request_serializer=bytes,
+                                      response_deserializer=PredictionResponse.parse)
+        async def unaries():
+            while True:
+                await unary(PredictionsRequest(model_name="echo", input={"data": b"x" * 1000}))
+        async def streams():
+            while True:
+                request = PredictionsRequest(model_name="gstream", input={"data": b"stream:5"})
+                async for _ in stream(request):
+                    pass
+        print("started", flush=True)
+        await asyncio.gather(*[unaries() for _ in range(64)], *[streams() for _ in range(8)])
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+def test_clients_killed_mid_flight_leave_server_and_workers_intact(  # type: ignore[no-untyped-def]
+    server: GrpcServer, inference, pb: GrpcioStubs
+) -> None:
+    pids = sorted(server.worker_pids())
+    log_before = len(server.log)
+    for _ in range(2):
+        client = subprocess.Popen(
+            [sys.executable, "-c", KILLED_CLIENT, str(server.grpc_inference_port)],
+            stdout=subprocess.PIPE,
+        )
+        assert client.stdout is not None
+        assert client.stdout.readline() == b"started\n"
+        time.sleep(0.8)
+        client.kill()
+        client.wait(10)
+        client.stdout.close()
+    assert inference.Predictions(request(pb, "echo", b"alive"), timeout=30).prediction == b"alive"
+    assert sorted(server.worker_pids()) == pids
+    new_log = server.log[log_before:]
+    assert " ERROR " not in new_log and "Traceback" not in new_log, new_log[-3000:]

@@ -1,0 +1,286 @@
+"""serve_grpc as a Trio service, in process, against fake workers: start, drain, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+
+from trioserve._proto.org.pytorch.serve.grpc.inference import (
+    InferenceApIsServiceBase,
+    InferenceApIsServiceStub,
+    PredictionsRequest,
+)
+from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem
+from trioserve.core.model_settings import ModelSettings
+from trioserve.core.request import InferenceRequest
+from trioserve.grpc import serve_grpc
+from trioserve.grpc.bridge import _Bridge, _Servable
+from trioserve.grpc.calls import Dispatcher, Gate
+from trioserve.grpc.inference import InferenceRpcs
+from trioserve.runtime.jobs import Job
+from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.worker import WorkerSettings
+
+from .fakes import FakeLauncher, FakeProcess
+
+
+class OneModelManager:
+    """What the inference service needs of a ModelManager, over one ModelVersion."""
+
+    def __init__(self, model: ModelVersion) -> None:
+        self.model = model
+
+    def submit(self, request: InferenceRequest) -> Job:
+        return self.model.submit(request)
+
+    def healthy(self) -> bool:
+        return self.model.healthy
+
+
+def model_version(launcher: FakeLauncher) -> ModelVersion:
+    settings = ModelSettings(
+        name="m",
+        version="1.0",
+        url="m.mar",
+        handler="h.py",
+        runtime="python",
+        batch_size=1,
+        max_batch_delay=100,
+        min_workers=1,
+        max_workers=1,
+        response_timeout=30,
+        startup_timeout=5,
+        job_queue_size=10,
+        loaded_at_startup=False,
+    )
+    ids = itertools.count(9000)
+    pool = PoolSettings(
+        worker=WorkerSettings(
+            load=LoadSpec("m", "1.0", "/nonexistent", "h.py"),
+            cwd=Path("/"),
+            response_timeout=30,
+            startup_timeout=5,
+            stop_grace=0.5,
+            max_frame=1 << 20,
+        ),
+        next_worker_id=lambda: next(ids),
+    )
+    return ModelVersion(settings, pool, launcher)
+
+
+def call_predictions(port: int, body: bytes) -> Any:
+    """One Predictions call from a plain asyncio client (run in a thread)."""
+
+    async def call() -> Any:
+        channel = Channel("127.0.0.1", port)
+        try:
+            stub = InferenceApIsServiceStub(channel, timeout=10)
+            return await stub.predictions(PredictionsRequest(model_name="m", input={"data": body}))
+        except (GRPCError, StreamTerminatedError, ConnectionError) as error:
+            return error
+        finally:
+            channel.close()
+
+    return asyncio.run(call())
+
+
+async def serving(
+    nursery: trio.Nursery, behaviour: Callable[..., Any], **options: Any
+) -> tuple[FakeLauncher, trio.Event, int, trio.Event]:
+    """A fake model version behind serve_grpc; returns (launcher, shutdown, port, stopped)."""
+    launcher = FakeLauncher(behaviour=behaviour)
+    model = model_version(launcher)
+    await nursery.start(model.run)
+    await model.scale(1, 1)
+    await model.wait_settled()
+    shutdown = trio.Event()
+    stopped = trio.Event()
+
+    async def run(*, task_status: trio.TaskStatus[dict[str, list[str]]]) -> None:
+        await serve_grpc(
+            inference=("127.0.0.1", 0),
+            management=None,
+            manager=OneModelManager(model),  # type: ignore[arg-type]
+            management_service=None,  # type: ignore[arg-type]
+            tokens=None,
+            max_request_size=1000,
+            shutdown_trigger=shutdown.wait,
+            task_status=task_status,
+            **options,
+        )
+        stopped.set()
+
+    bound = await nursery.start(run)
+    assert list(bound) == ["grpc_inference"]
+    host, port = bound["grpc_inference"][0].rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+    return launcher, shutdown, int(port), stopped
+
+
+def hold_until(release: trio.Event) -> Callable[..., Any]:
+    async def behaviour(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await release.wait()
+        replies = [Reply(i.request_id, b"done:" + bytes(i.params[0].value)) for i in items]
+        await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
+
+    return behaviour
+
+
+async def wait_for(check: Callable[[], bool]) -> None:
+    with trio.fail_after(5):
+        while not check():
+            await trio.sleep(0.01)
+
+
+async def test_shutdown_refuses_new_calls_and_drains_the_ones_in_flight() -> None:
+    release = trio.Event()
+    results: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        launcher, shutdown, port, stopped = await serving(nursery, hold_until(release))
+
+        async def in_flight() -> None:
+            results.append(await trio.to_thread.run_sync(call_predictions, port, b"a"))
+
+        nursery.start_soon(in_flight)
+        await wait_for(lambda: len(launcher.batches) == 1)
+        shutdown.set()
+        await trio.testing.wait_all_tasks_blocked()
+        refused = await trio.to_thread.run_sync(call_predictions, port, b"b")
+        assert isinstance(refused, GRPCError) and refused.status is Status.UNAVAILABLE
+        assert "shutting down" in (refused.message or "")
+        assert not stopped.is_set()
+        release.set()
+        await wait_for(lambda: bool(results))
+        with trio.fail_after(5):
+            await stopped.wait()
+        nursery.cancel_scope.cancel()
+    assert results[0].prediction == b"done:a"
+    assert launcher.processes[0].cancelled == []
+
+
+async def test_drain_timeout_cancels_the_calls_left_and_their_jobs() -> None:
+    release = trio.Event()
+    results: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        launcher, shutdown, port, stopped = await serving(
+            nursery, hold_until(release), graceful_timeout=0.2
+        )
+
+        async def in_flight() -> None:
+            results.append(await trio.to_thread.run_sync(call_predictions, port, b"a"))
+
+        nursery.start_soon(in_flight)
+        await wait_for(lambda: len(launcher.batches) == 1)
+        shutdown.set()
+        with trio.fail_after(5):
+            await stopped.wait()
+        # the running job was cancelled: its worker got a CANCEL frame
+        await wait_for(lambda: launcher.processes[0].cancelled == launcher.batches[0])
+        await wait_for(lambda: bool(results))
+        release.set()
+        nursery.cancel_scope.cancel()
+    # the client got a clear status, not a dropped connection
+    assert isinstance(results[0], GRPCError) and results[0].status is Status.UNAVAILABLE
+    assert "shut down before this call finished" in (results[0].message or "")
+
+
+def call_stream2(port: int, bodies: list[bytes]) -> Any:
+    """A StreamPredictions2 call; returns the responses, or the error that ended it."""
+
+    async def call() -> Any:
+        channel = Channel("127.0.0.1", port)
+        responses: list[Any] = []
+        try:
+            stub = InferenceApIsServiceStub(channel, timeout=10)
+            requests = [
+                PredictionsRequest(model_name="m", input={"data": b}, sequence_id="s")
+                for b in bodies
+            ]
+            async for response in stub.stream_predictions_2(requests):
+                responses.append(response)
+            return responses
+        except (GRPCError, StreamTerminatedError, ConnectionError) as error:
+            return (responses, error)
+        finally:
+            channel.close()
+
+    return asyncio.run(call())
+
+
+async def test_drain_timeout_aborts_a_bidi_stream_and_all_its_jobs() -> None:
+    release = trio.Event()
+    results: list[Any] = []
+    async with trio.open_nursery() as nursery:
+        launcher, shutdown, port, stopped = await serving(
+            nursery, hold_until(release), graceful_timeout=0.2
+        )
+
+        async def in_flight() -> None:
+            results.append(await trio.to_thread.run_sync(call_stream2, port, [b"a", b"b"]))
+
+        nursery.start_soon(in_flight)
+        await wait_for(lambda: len(launcher.batches) == 1)
+        shutdown.set()
+        with trio.fail_after(5):
+            await stopped.wait()
+        await wait_for(lambda: bool(results))
+        assert launcher.processes[0].cancelled == launcher.batches[0]
+        release.set()
+        await trio.sleep(0.1)
+        assert len(launcher.batches) == 1  # the queued request never reached the worker
+        nursery.cancel_scope.cancel()
+    responses, error = results[0]
+    assert responses == []
+    assert isinstance(error, GRPCError) and error.status is Status.UNAVAILABLE
+
+
+async def test_oversized_unary_message_is_refused_before_it_is_read() -> None:
+    release = trio.Event()
+    release.set()
+    async with trio.open_nursery() as nursery:
+        _launcher, shutdown, port, stopped = await serving(nursery, hold_until(release))
+        error = await trio.to_thread.run_sync(call_predictions, port, b"x" * 2000)
+        assert isinstance(error, GRPCError) and error.status is Status.RESOURCE_EXHAUSTED
+        ok = await trio.to_thread.run_sync(call_predictions, port, b"x")
+        assert ok.prediction == b"done:x"
+        shutdown.set()
+        with trio.fail_after(5):
+            await stopped.wait()
+        nursery.cancel_scope.cancel()
+
+
+def test_every_rpc_of_the_proto_must_be_implemented() -> None:
+    rpcs = InferenceRpcs(None)  # type: ignore[arg-type]
+    generated = InferenceApIsServiceBase().__mapping__()
+    bridge = _Bridge(Dispatcher(Gate(), None), 100)
+    _Servable(generated, rpcs, bridge)  # complete: fine
+
+    class Missing:
+        key_kind = rpcs.key_kind
+
+        def methods(self) -> dict[str, Any]:
+            methods = dict(rpcs.methods())
+            del methods["StreamPredictions2"]
+            return methods
+
+    with pytest.raises(TypeError, match="StreamPredictions2"):
+        _Servable(generated, Missing(), bridge)
+
+    class WrongKind(Missing):
+        def methods(self) -> dict[str, Any]:
+            methods = dict(rpcs.methods())
+            methods["Ping"] = methods["StreamPredictions"]
+            return methods
+
+    with pytest.raises(TypeError, match="UNARY_UNARY"):
+        _Servable(generated, WrongKind(), bridge)

@@ -1,0 +1,11 @@
+"""TorchServe's gRPC APIs (inference on 7070, management on 7071) on grpclib.
+
+:func:`serve_grpc` is the service the server starts in its listeners nursery. The rpc
+implementations (:mod:`.inference`, :mod:`.management`) are Trio code over the same
+transport-neutral core as the HTTP routes; :mod:`.bridge` is the only module that deals
+with asyncio (grpclib runs on a trio-asyncio loop).
+"""
+
+from trioserve.grpc.bridge import HostPort, serve_grpc
+
+__all__ = ["HostPort", "serve_grpc"]

@@ -1,0 +1,402 @@
+"""The only asyncio module of trioserve's gRPC transport: grpclib inside trio-asyncio.
+
+grpclib is an asyncio library. :func:`serve_grpc` runs its servers on a trio-asyncio loop
+(``trio_asyncio.open_loop()``) inside the caller's nursery, so they start, drain and stop
+like the HTTP listeners. For every call grpclib runs an asyncio handler from this module;
+the handler decodes the request, then crosses into Trio once (``trio_as_aio``) to run the
+rpc's implementation, which is ordinary Trio code (:mod:`trioserve.grpc.inference`,
+:mod:`trioserve.grpc.management`). Streams get Trio-flavoured ``send``/``receive``
+callables that cross back (``aio_as_trio``) for each message.
+
+Cancellation travels the same way: grpclib cancels a handler's asyncio task when the call's
+deadline (``grpc-timeout``) passes or the client resets the stream; trio-asyncio turns that
+into a Trio cancellation of the implementation, whose ``finally`` cancels the job.
+
+What grpclib lacks is added here: an inbound message limit (``max_request_size``), checked
+against the length prefix before the message is read; the token check on the
+``authorization`` metadata; and a graceful drain. Each call counts as in flight until its
+trailers are sent; on shutdown new calls are refused, the calls in flight get a grace period,
+the ones left are aborted with UNAVAILABLE, and the client connections are closed (grpclib's
+``Server.close()`` would cancel the calls without an answer and leave connections open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import grpclib.const
+import grpclib.server
+import h2.exceptions
+import trio
+import trio_asyncio  # type: ignore[import-untyped]
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.protocol import H2Protocol
+
+from trioserve._proto.org.pytorch.serve.grpc.inference import InferenceApIsServiceBase
+from trioserve._proto.org.pytorch.serve.grpc.management import ManagementApIsServiceBase
+from trioserve.auth import TokenStore
+from trioserve.core.errors import ServeError
+from trioserve.grpc.calls import (
+    BidiStreaming,
+    ClientGone,
+    Dispatcher,
+    Gate,
+    Method,
+    RpcContext,
+    ServerStreaming,
+    Service,
+    Unary,
+    client_went_away,
+    grpc_code,
+    message_too_large,
+    missing_message,
+)
+from trioserve.grpc.inference import InferenceRpcs
+from trioserve.grpc.management import ManagementRpcs
+from trioserve.grpc.sequences import DEFAULT_SEQUENCE_ID_HEADER
+from trioserve.metrics import ServerMetrics
+from trioserve.runtime.management import ManagementService
+from trioserve.runtime.manager import ModelManager
+
+log = logging.getLogger("trioserve.grpc")
+
+HostPort = tuple[str, int]
+
+# How long closing the servers may take once the drain is over (handlers are cancelled).
+CLOSE_TIMEOUT = 5.0
+
+_CARDINALITY: dict[type[Any], grpclib.const.Cardinality] = {
+    Unary: grpclib.const.Cardinality.UNARY_UNARY,
+    ServerStreaming: grpclib.const.Cardinality.UNARY_STREAM,
+    BidiStreaming: grpclib.const.Cardinality.STREAM_STREAM,
+}
+
+
+def _text_metadata(stream: grpclib.server.Stream[Any, Any]) -> tuple[tuple[str, str], ...]:
+    if stream.metadata is None:
+        return ()
+    return tuple((k, v) for k, v in stream.metadata.items() if isinstance(v, str))
+
+
+def _peer(stream: grpclib.server.Stream[Any, Any]) -> str | None:
+    address = stream.peer.addr()
+    return None if address is None else f"{address[0]}:{address[1]}"
+
+
+class _Servable:
+    """One service for grpclib: the generated base's routes, each bound to a bridge handler.
+
+    The generated base supplies every rpc's path, cardinality and message types; the
+    implementation must provide exactly those rpcs, with matching kinds.
+    """
+
+    def __init__(
+        self,
+        generated: Mapping[str, grpclib.const.Handler],
+        service: Service,
+        bridge: _Bridge,
+    ) -> None:
+        methods = dict(service.methods())
+        mapping: dict[str, grpclib.const.Handler] = {}
+        for path, route in generated.items():
+            name = path.rsplit("/", 1)[-1]
+            method = methods.pop(name, None)
+            if method is None:
+                raise TypeError(f"{type(service).__name__} does not implement rpc {name}")
+            if _CARDINALITY[type(method)] is not route.cardinality:
+                raise TypeError(f"rpc {name} is {route.cardinality.name}")
+            call = partial(bridge.handle, service, name, method, route.request_type)
+            mapping[path] = grpclib.const.Handler(
+                call, route.cardinality, route.request_type, route.reply_type
+            )
+        if methods:
+            raise TypeError(f"rpcs not in the proto: {', '.join(sorted(methods))}")
+        self._mapping = mapping
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        return self._mapping
+
+
+class _InFlight:
+    """Calls being answered, counted on the asyncio side so that a call counts until its
+    trailers are sent."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        self.count += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+
+class _Bridge:
+    """The asyncio handlers grpclib calls; each crosses into Trio once."""
+
+    def __init__(self, dispatcher: Dispatcher, max_request_size: int) -> None:
+        self._dispatcher = dispatcher
+        self._limit = max_request_size
+        self.in_flight = _InFlight()
+
+    async def handle(
+        self,
+        service: Service,
+        name: str,
+        method: Method,
+        request_type: type[Any],
+        stream: grpclib.server.Stream[Any, Any],
+    ) -> None:
+        """Answer one call, trailers included (so it is done when this returns)."""
+        self.in_flight.enter()
+        status: Status
+        message: str | None
+        try:
+            try:
+                await self._answer(service, name, method, request_type, stream)
+            except ClientGone:
+                # grpclib is cancelling this call (its stream is gone): end as cancelled,
+                # which is what grpclib expects of a handler it cancels.
+                raise asyncio.CancelledError() from None
+            except ServeError as error:
+                status, message = Status(grpc_code(error)), error.message
+            except GRPCError as error:
+                status, message = error.status, error.message
+            else:
+                status, message = Status.OK, None
+            with contextlib.suppress(StreamTerminatedError, h2.exceptions.StreamClosedError):
+                await stream.send_trailing_metadata(status=status, status_message=message)
+            # The connection may have been lost while the trailers were written, and grpclib
+            # then cancels this task; it expects the handler to end as cancelled.
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError()
+        finally:
+            self.in_flight.leave()
+
+    async def _answer(
+        self,
+        service: Service,
+        name: str,
+        method: Method,
+        request_type: type[Any],
+        stream: grpclib.server.Stream[Any, Any],
+    ) -> None:
+        context = RpcContext(method=name, metadata=_text_metadata(stream), peer=_peer(stream))
+        dispatcher = self._dispatcher
+        dispatcher.authorize(service.key_kind, context)
+        if isinstance(method, Unary):
+            request = await self._recv(stream, request_type)
+            if request is None:
+                raise missing_message()
+            reply = await trio_asyncio.trio_as_aio(dispatcher.unary)(method, request, context)
+            await stream.send_message(reply)
+        elif isinstance(method, ServerStreaming):
+            request = await self._recv(stream, request_type)
+            if request is None:
+                raise missing_message()
+            send = trio_asyncio.aio_as_trio(partial(_send, stream))
+            await trio_asyncio.trio_as_aio(dispatcher.server_streaming)(
+                method, request, context, send
+            )
+        else:
+            receive = trio_asyncio.aio_as_trio(partial(self._recv, stream, request_type))
+            send = trio_asyncio.aio_as_trio(partial(_send, stream))
+            await trio_asyncio.trio_as_aio(dispatcher.bidi_streaming)(
+                method, receive, context, send
+            )
+
+    async def _recv(
+        self, stream: grpclib.server.Stream[Any, Any], request_type: type[Any]
+    ) -> Any | None:
+        """The next request message, refused before it is read if it exceeds the limit.
+
+        grpclib has no inbound size limit, so this reads the gRPC length prefix itself from
+        the call's HTTP/2 stream (``Stream._stream``, stable in grpclib 0.4) and decodes
+        the message like grpclib's proto codec does.
+        """
+        h2_stream = stream._stream
+        try:
+            prefix = await h2_stream.recv_data(5)
+        except StreamTerminatedError:
+            raise client_went_away() from None
+        if not prefix:
+            return None
+        compressed, size = struct.unpack(">?I", prefix)
+        if compressed:
+            raise GRPCError(Status.UNIMPLEMENTED, "Compression is not supported")
+        if size > self._limit:
+            raise message_too_large(size, self._limit)
+        try:
+            data = await h2_stream.recv_data(size)
+        except StreamTerminatedError:
+            raise client_went_away() from None
+        return request_type.FromString(data)
+
+
+async def _send(stream: grpclib.server.Stream[Any, Any], message: Any) -> None:
+    try:
+        await stream.send_message(message)
+    except StreamTerminatedError:
+        raise client_went_away() from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Listener:
+    api: str
+    server: _Server
+    url: str
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket (so that the bound port is known for port 0)."""
+    family, kind, proto, _name, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(1024)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Server(grpclib.server.Server):
+    """grpclib's server, keeping track of its connections.
+
+    ``Server.close()`` stops listening and cancels running handlers but leaves the client
+    connections open (grpclib 0.4); shutdown closes them with :meth:`close_connections`.
+    """
+
+    def __init__(self, servable: _Servable) -> None:
+        super().__init__([servable])
+        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+
+    def _protocol_factory(self) -> H2Protocol:
+        protocol = super()._protocol_factory()
+        self._protocols.add(protocol)
+        return protocol
+
+    def close_connections(self) -> None:
+        for protocol in list(self._protocols):
+            connection = getattr(protocol, "connection", None)
+            if connection is not None and not connection.is_closing():
+                connection.close()
+
+
+async def _start(servable: _Servable, sock: socket.socket) -> _Server:
+    server = _Server(servable)
+    await server.start(sock=sock)
+    return server
+
+
+async def _close(server: _Server) -> None:
+    server.close()
+    await server.wait_closed()
+    server.close_connections()
+
+
+async def serve_grpc(
+    *,
+    inference: HostPort | None,
+    management: HostPort | None,
+    manager: ModelManager,
+    management_service: ManagementService,
+    tokens: TokenStore | None,
+    max_request_size: int,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    graceful_timeout: float = 10.0,
+    metrics: ServerMetrics | None = None,
+    sequence_id_header: str = DEFAULT_SEQUENCE_ID_HEADER,
+    task_status: trio.TaskStatus[dict[str, list[str]]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve TorchServe's gRPC inference and management APIs until shutdown.
+
+    ``task_status.started`` receives ``{"grpc_inference": ["host:port"], ...}`` once every
+    socket listens (a port of 0 reports the port the system chose). When
+    ``shutdown_trigger`` returns, new calls are refused with UNAVAILABLE while the calls in
+    flight get up to ``graceful_timeout`` seconds to finish; then the servers close
+    (cancelling what is left, which cancels its jobs) and this returns.
+    """
+    gate = Gate()
+    bridge = _Bridge(Dispatcher(gate, tokens), max_request_size)
+    plan: list[tuple[str, HostPort, Mapping[str, grpclib.const.Handler], Service]] = []
+    if inference is not None:
+        rpcs = InferenceRpcs(manager, metrics=metrics, sequence_id_header=sequence_id_header)
+        plan.append(("grpc_inference", inference, InferenceApIsServiceBase().__mapping__(), rpcs))
+    if management is not None:
+        plan.append(
+            (
+                "grpc_management",
+                management,
+                ManagementApIsServiceBase().__mapping__(),
+                ManagementRpcs(management_service),
+            )
+        )
+    async with trio_asyncio.open_loop():
+        listeners: list[_Listener] = []
+        try:
+            for api, (host, port), generated, service in plan:
+                sock = _listening_socket(host, port)
+                url = _url(sock)
+                try:
+                    servable = _Servable(generated, service, bridge)
+                    server = await trio_asyncio.aio_as_trio(_start)(servable, sock)
+                except BaseException:
+                    sock.close()
+                    raise
+                listeners.append(_Listener(api, server, url))
+                log.info("gRPC %s API listening on %s", api.removeprefix("grpc_"), url)
+            task_status.started({listener.api: [listener.url] for listener in listeners})
+            await shutdown_trigger()
+            gate.close()
+            with trio.move_on_after(graceful_timeout) as drain:
+                await trio_asyncio.aio_as_trio(bridge.in_flight.wait_idle)()
+            if drain.cancelled_caught:
+                log.warning(
+                    "gRPC: %d calls still running after %g s; aborting them",
+                    bridge.in_flight.count,
+                    graceful_timeout,
+                )
+                gate.abort_all()
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    await trio_asyncio.aio_as_trio(bridge.in_flight.wait_idle)()
+        finally:
+            gate.close()
+            gate.abort_all()
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                for listener in listeners:
+                    await trio_asyncio.aio_as_trio(_close)(listener.server)
+            log.info("gRPC listeners closed")
+
+
+__all__ = ["HostPort", "serve_grpc"]

@@ -1,0 +1,221 @@
+"""What every gRPC method implementation shares, on the Trio side of the bridge.
+
+A gRPC service is a plain Trio object whose :meth:`Service.methods` maps each rpc name of the
+proto (``"Predictions"``) to its implementation, wrapped in :class:`Unary`,
+:class:`ServerStreaming` or :class:`BidiStreaming`. Implementations are Trio-flavoured
+functions that take decoded messages, a :class:`RpcContext` and, for streams, Trio-flavoured
+``send``/``receive`` callables, and raise :class:`ServeError` for anything a client should
+see. They know nothing about grpclib or asyncio: ``trioserve.grpc.bridge`` owns that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import trio
+
+from trioserve.auth import KeyKind, TokenStore, bearer
+from trioserve.core import errors
+from trioserve.core.errors import ServeError, grpc_status_for_http
+
+log = logging.getLogger("trioserve.grpc")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+
+# Trio-flavoured stream operations handed to streaming implementations.
+Send = Callable[[Resp], Awaitable[None]]
+Receive = Callable[[], Awaitable[Req | None]]  # None: the client half-closed its side
+
+RESOURCE_EXHAUSTED = 8  # google.rpc.Code
+
+
+@dataclass(frozen=True, slots=True)
+class RpcContext:
+    """What an implementation may know about the call besides its messages."""
+
+    method: str  # the rpc name, e.g. "Predictions"
+    metadata: tuple[tuple[str, str], ...]  # invocation metadata as received (text values)
+    peer: str | None = None
+
+    def authorization(self) -> str | None:
+        """The ``authorization`` metadata value (None if absent or given twice)."""
+        return bearer(self.metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class Unary(Generic[Req, Resp]):
+    func: Callable[[Req, RpcContext], Awaitable[Resp]]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStreaming(Generic[Req, Resp]):
+    func: Callable[[Req, RpcContext, Send[Resp]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class BidiStreaming(Generic[Req, Resp]):
+    func: Callable[[Receive[Req], RpcContext, Send[Resp]], Awaitable[None]]
+
+
+Method = Unary[Any, Any] | ServerStreaming[Any, Any] | BidiStreaming[Any, Any]
+
+
+class Service(Protocol):
+    """One gRPC service: which key guards it and how each rpc is implemented."""
+
+    key_kind: KeyKind
+
+    def methods(self) -> Mapping[str, Method]: ...
+
+
+def grpc_code(error: ServeError) -> int:
+    """The gRPC status code for a transport-neutral error (spec §1.4).
+
+    507 (a worker killed for memory) is RESOURCE_EXHAUSTED, as TorchServe's gRPC
+    transport reports it; everything else follows the shared HTTP -> gRPC table.
+    """
+    if error.status == 507:
+        return RESOURCE_EXHAUSTED
+    return grpc_status_for_http(error.status)
+
+
+def unexpected(exc: Exception) -> ServeError:
+    """An exception no implementation meant to raise: logged, reported as INTERNAL."""
+    log.error("unexpected error in a gRPC method", exc_info=exc)
+    return ServeError(500, "InternalServerException", f"{type(exc).__name__}: {exc}")
+
+
+def message_too_large(size: int, limit: int) -> ServeError:
+    return ServeError(
+        413,
+        "RequestTooLargeException",
+        f"Received message larger than max_request_size ({size} vs. {limit} bytes).",
+    )
+
+
+class ClientGone(ServeError):
+    """The call's stream ended under it (client reset, connection lost)."""
+
+
+def client_went_away() -> ClientGone:
+    return ClientGone(499, "ClientClosedRequest", "The client closed the stream.")
+
+
+def missing_message() -> ServeError:
+    return errors.bad_request("The call carried no request message.")
+
+
+def aborted_by_shutdown() -> ServeError:
+    return ServeError(
+        503,
+        "ServiceUnavailableException",
+        "The server shut down before this call finished (shutdown_grace_seconds).",
+        retry_after=5,
+    )
+
+
+class Gate:
+    """Admission of calls on the Trio side, and a way to abort the ones still running."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self._scopes: set[trio.CancelScope] = set()
+
+    @contextmanager
+    def admit(self) -> Iterator[None]:
+        """Run one call; refuse it (UNAVAILABLE) once draining. A call aborted by
+        :meth:`abort_all` ends with UNAVAILABLE too (its jobs are cancelled on the way)."""
+        if self.closed:
+            raise errors.shutting_down()
+        scope = trio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                yield
+        finally:
+            self._scopes.discard(scope)
+        if scope.cancelled_caught:
+            raise aborted_by_shutdown()
+
+    def close(self) -> None:
+        """Refuse new calls from now on."""
+        self.closed = True
+
+    def abort_all(self) -> None:
+        for scope in self._scopes:
+            scope.cancel()
+
+
+class Dispatcher:
+    """The Trio entry points the bridge calls: admission, auth and error shaping."""
+
+    def __init__(self, gate: Gate, tokens: TokenStore | None) -> None:
+        self.gate = gate
+        self.tokens = tokens
+
+    def authorize(self, kind: KeyKind, context: RpcContext) -> None:
+        """Synchronous and flavour-neutral, so the bridge can check before reading."""
+        if self.tokens is not None:
+            self.tokens.check(kind, context.authorization())
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        """Admit the call; anything but a ServeError (or a cancellation) is a bug: INTERNAL."""
+        with self.gate.admit():
+            try:
+                yield
+            except ServeError:
+                raise
+            except Exception as exc:
+                raise unexpected(exc) from exc
+
+    async def unary(self, method: Unary[Any, Any], request: Any, context: RpcContext) -> Any:
+        with self._running():
+            return await method.func(request, context)
+
+    async def server_streaming(
+        self,
+        method: ServerStreaming[Any, Any],
+        request: Any,
+        context: RpcContext,
+        send: Send[Any],
+    ) -> None:
+        with self._running():
+            await method.func(request, context, send)
+
+    async def bidi_streaming(
+        self,
+        method: BidiStreaming[Any, Any],
+        receive: Receive[Any],
+        context: RpcContext,
+        send: Send[Any],
+    ) -> None:
+        with self._running():
+            await method.func(receive, context, send)
+
+
+def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one interesting exception of a nursery's group (ServeError first).
+
+    A stream's helper tasks fail together: when one raises, the others are cancelled,
+    so the group is that one error plus Cancelled noise.
+    """
+    serve_errors, rest = group.split(ServeError)
+    if serve_errors is not None:
+        return _first_leaf(serve_errors)
+    if rest is not None:
+        _cancelled, others = rest.split(trio.Cancelled)
+        if others is not None:
+            return _first_leaf(others)
+    return group
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
