@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 STORE ?= model_store
 
-.PHONY: setup serve test lint typecheck unit clean asan
+.PHONY: setup serve test lint typecheck unit clean asan protos
 
 NATIVE := trioserve/_collate.abi3.so
 
@@ -37,6 +37,10 @@ typecheck: setup
 ## Lint, type-check and run the whole test suite.
 test: lint typecheck
 	$(BIN)/pytest
+
+## Regenerate trioserve/_proto/ from proto/*.proto (betterproto2).
+protos: setup
+	PYTHON=$(BIN)/python scripts/gen_protos.sh
 
 ## The native tests again, with the C code built under AddressSanitizer + UBSan.
 asan: setup

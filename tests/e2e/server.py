@@ -64,7 +64,17 @@ class Server:
     port: int = 0
     management_port: int = 0
     metrics_port: int = 0
+    grpc_inference_port: int = 0
+    grpc_management_port: int = 0
     tokens: bool = False
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_inference_port}"
+
+    @property
+    def grpc_management_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_management_port}"
 
     @property
     def url(self) -> str:
@@ -95,10 +105,14 @@ class Server:
         self.port = free_port()
         self.management_port = free_port()
         self.metrics_port = free_port()
+        self.grpc_inference_port = free_port()
+        self.grpc_management_port = free_port()
         props = {
             "inference_address": self.url,
             "management_address": self.management_url,
             "metrics_address": self.metrics_url,
+            "grpc_inference_port": str(self.grpc_inference_port),
+            "grpc_management_port": str(self.grpc_management_port),
             "disable_token_authorization": "false" if self.tokens else "true",
             "model_store": str(self.store),
             "load_models": self.models,

@@ -300,6 +300,7 @@ def test_background_start_and_stop_commands(tmp_path: Path, store: Path) -> None
         f"inference_address=http://127.0.0.1:{port}\n"
         f"management_address=http://127.0.0.1:{free_port()}\n"
         f"metrics_address=http://127.0.0.1:{free_port()}\n"
+        f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n"
         "disable_token_authorization=true\n"
     )
     env = {

@@ -52,7 +52,8 @@ def test_counters_move_under_load_and_the_port_needs_no_token(make_server) -> No
     assert value(after, "Requests5XX_total") >= 1
     assert value(after, "WorkerLoadTime") > 0
     # the worker's own handler metric, with its dimensions
-    assert value(after, "PredictionTime", ModelName="control") > 0
+    # (a gauge of the last batch's time: present, possibly 0.0 ms for this fast handler)
+    assert any(lab.get("ModelName") == "control" for lab, _ in after.get("PredictionTime", []))
     assert value(after, "MemoryUsed") > 0
     # the name filter
     only = samples(

@@ -147,3 +147,18 @@ def test_cancel_and_load_spec() -> None:
     assert decode_cancel(decode(encode_cancel(["a", "b"]))) == ["a", "b"]
     spec = LoadSpec("m", "1.0", "/tmp/x", "h.py", batch_size=4, manifest={"a": 1})
     assert LoadSpec.from_meta(spec.to_meta()) == spec
+
+
+def test_decoded_blobs_are_writable_views_of_one_frame_buffer() -> None:
+    dec = FrameDecoder()
+    (frame,) = dec.feed(encode(Kind.BATCH, {}, [b"abcd", b"ef"]))
+    assert not frame.blobs[0].readonly
+    frame.blobs[0][0:1] = b"z"
+    assert frame.blobs[0].obj is frame.blobs[1].obj
+    assert bytes(frame.blobs[0]) == b"zbcd"
+
+
+def test_many_small_frames_in_one_read() -> None:
+    stream = b"".join(encode(Kind.PING, {"n": i}) for i in range(2000))
+    frames = FrameDecoder().feed(stream)
+    assert [f.meta["n"] for f in frames] == list(range(2000))

@@ -140,30 +140,49 @@ def decode(buf: bytes | bytearray | memoryview) -> Frame:
 
 
 class FrameDecoder:
-    """Incremental decoder: feed bytes, take whole frames."""
+    """Incremental decoder: feed bytes, take whole frames.
+
+    Each frame is copied once, into a writable ``bytearray`` of exactly its size, so its
+    blobs can outlive later reads and be wrapped without copying (``torch.frombuffer``
+    needs a writable buffer). The size limit is checked on the length prefix, before any
+    of the frame is buffered.
+    """
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        self._buf = bytearray()
+        self._head = bytearray()
+        self._frame: bytearray | None = None
+        self._fill = 0
         self._max = max_frame
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
-        self._buf += data
         frames: list[Frame] = []
-        while len(self._buf) >= 4:
-            (length,) = struct.unpack_from(">I", self._buf, 0)
-            if length + 4 > self._max:
-                raise FrameError(
-                    f"frame of {length + 4} bytes exceeds the limit of {self._max} bytes"
-                )
-            if len(self._buf) < length + 4:
-                break
-            # Copy the frame out so its blobs can outlive the buffer.
-            chunk = bytes(self._buf[: length + 4])
-            del self._buf[: length + 4]
-            frames.append(decode(chunk))
+        view = memoryview(data).cast("B")
+        while view.nbytes:
+            if self._frame is None:
+                need = 4 - len(self._head)
+                self._head += view[:need]
+                view = view[need:]
+                if len(self._head) < 4:
+                    break
+                (length,) = struct.unpack_from(">I", self._head, 0)
+                if length + 4 > self._max:
+                    raise FrameError(
+                        f"frame of {length + 4} bytes exceeds the limit of {self._max} bytes"
+                    )
+                self._frame = bytearray(length + 4)
+                self._frame[:4] = self._head
+                self._fill = 4
+                self._head = bytearray()
+            take = min(view.nbytes, len(self._frame) - self._fill)
+            self._frame[self._fill : self._fill + take] = view[:take]
+            self._fill += take
+            view = view[take:]
+            if self._fill == len(self._frame):
+                frames.append(decode(self._frame))
+                self._frame = None
         return frames
 
     @property
     def pending(self) -> int:
         """Bytes received that do not yet form a whole frame."""
-        return len(self._buf)
+        return len(self._head) + (self._fill if self._frame is not None else 0)

@@ -35,6 +35,7 @@ from trioserve.archive.download import download
 from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
+from trioserve.grpc import serve_grpc
 from trioserve.http.inference import create_inference_app
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
@@ -105,20 +106,25 @@ def manager_settings(
     )
 
 
-def build_apps(
-    config: ServerConfig,
-    manager: ModelManager,
-    tokens: TokenStore | None,
-    metrics: ServerMetrics,
-) -> list[tuple[str, QuartTrio, Address]]:
-    """Each HTTP API with the address it listens on."""
-    limit = config.max_request_size
-    management = ManagementService(
+def management_service(config: ServerConfig, manager: ModelManager) -> ManagementService:
+    """The one management service that HTTP and gRPC share."""
+    return ManagementService(
         manager,
         enable_model_api=config.enable_model_api,
         download=downloader(config),
         max_workers=config.max_workers_per_model or 4 * (os.cpu_count() or 1),
     )
+
+
+def build_apps(
+    config: ServerConfig,
+    manager: ModelManager,
+    management: ManagementService,
+    tokens: TokenStore | None,
+    metrics: ServerMetrics,
+) -> list[tuple[str, QuartTrio, Address]]:
+    """Each HTTP API with the address it listens on."""
+    limit = config.max_request_size
     apps = [
         (
             "inference",
@@ -194,7 +200,8 @@ async def serve(
     task_status: trio.TaskStatus[ServerInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the server until shutdown. ``task_status.started`` fires once it is ready."""
-    shutdown = shutdown or trio.Event()
+    if shutdown is None:
+        shutdown = trio.Event()
     launcher = launcher or make_launcher(config)
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
     tokens = create_tokens(config)
@@ -217,7 +224,8 @@ async def serve(
             await root.start(sample_system_forever, metrics, SYSTEM_METRICS_INTERVAL)
             async with trio.open_nursery() as listeners:
                 bound: dict[str, list[str]] = {}
-                for api, app, address in build_apps(config, manager, tokens, metrics):
+                management = management_service(config, manager)
+                for api, app, address in build_apps(config, manager, management, tokens, metrics):
                     bound[api] = await listeners.start(
                         partial(
                             serve_app,
@@ -227,6 +235,26 @@ async def serve(
                             graceful_timeout=config.shutdown_grace_seconds,
                         )
                     )
+                bound.update(
+                    await listeners.start(
+                        partial(
+                            serve_grpc,
+                            inference=(config.grpc_inference_address, config.grpc_inference_port),
+                            management=(
+                                config.grpc_management_address,
+                                config.grpc_management_port,
+                            ),
+                            manager=manager,
+                            management_service=management,
+                            tokens=tokens,
+                            max_request_size=config.max_request_size,
+                            shutdown_trigger=shutdown.wait,
+                            graceful_timeout=config.shutdown_grace_seconds,
+                            metrics=metrics,
+                            sequence_id_header=config.ts_header_key_sequence_id,
+                        )
+                    )
+                )
                 task_status.started(ServerInfo(bound=bound, manager=manager, problems=problems))
                 log.info(
                     "trioserve ready: %s",
