@@ -20,15 +20,17 @@ from trioserve.runtime.worker import WorkerSettings, WorkerState
 from .fakes import FakeLauncher, FakeProcess
 
 
-def settings(workers: int = 1, queue: int = 10) -> ModelSettings:
+def settings(
+    workers: int = 1, queue: int = 10, batch_size: int = 1, delay_ms: int = 100
+) -> ModelSettings:
     return ModelSettings(
         name="m",
         version="1.0",
         url="m.mar",
         handler="h.py",
         runtime="python",
-        batch_size=1,
-        max_batch_delay=100,
+        batch_size=batch_size,
+        max_batch_delay=delay_ms,
         min_workers=workers,
         max_workers=workers,
         response_timeout=2,
@@ -298,4 +300,78 @@ async def test_metrics_frames_reach_the_sink_after_the_final_reply() -> None:
             while not seen:
                 await trio.sleep(0.01)
         assert seen == [[{"name": "X", "value": 1}]]
+        nursery.cancel_scope.cancel()
+
+
+async def test_batches_form_under_load_and_a_lone_request_does_not_wait() -> None:
+    release = trio.Event()
+
+    async def slow_echo(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await release.wait()
+        replies = [Reply(i.request_id, bytes(i.params[0].value)) for i in items]
+        await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
+
+    launcher = FakeLauncher(behaviour=slow_echo)
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(settings(1, queue=20, batch_size=4, delay_ms=10_000), pool(), launcher)
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        results: list[bytes] = []
+
+        async def client(i: int) -> None:
+            results.append(await result(model, str(i)))
+
+        for i in range(9):
+            nursery.start_soon(client, i)
+            await trio.testing.wait_all_tasks_blocked()
+        release.set()
+        with trio.fail_after(5):
+            while len(results) < 9:
+                await trio.sleep(0.01)
+        # the first request went alone at once (10 s window notwithstanding), the rest
+        # queued while the worker was busy and left as full batches, in order
+        assert [len(b) for b in launcher.batches] == [1, 4, 4]
+        assert sorted(results) == sorted(str(i).encode() for i in range(9))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_crash_mid_batch_fails_exactly_that_batch() -> None:
+    gate = trio.Event()
+    crashed = trio.Event()
+
+    async def crash_first_batch(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        if not crashed.is_set():
+            await gate.wait()
+            crashed.set()
+            proc.exit(-9)
+            return
+        replies = [Reply(i.request_id, b"ok") for i in items]
+        await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
+
+    launcher = FakeLauncher(behaviour=crash_first_batch)
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(settings(1, batch_size=3, delay_ms=10_000), pool(), launcher)
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        outcomes: dict[str, object] = {}
+
+        async def client(name: str) -> None:
+            try:
+                outcomes[name] = await result(model, name)
+            except ServeError as exc:
+                outcomes[name] = exc.status
+
+        for name in ("a", "b", "c", "d"):
+            nursery.start_soon(client, name)
+            await trio.testing.wait_all_tasks_blocked()
+        # batch 1 = [a] (idle dispatch), then b, c, d queue behind it
+        gate.set()
+        with trio.fail_after(5):
+            while len(outcomes) < 4:
+                await trio.sleep(0.01)
+        assert outcomes["a"] == 507
+        assert [outcomes[n] for n in ("b", "c", "d")] == [b"ok", b"ok", b"ok"]
+        assert [len(b) for b in launcher.batches] == [1, 3]
         nursery.cancel_scope.cancel()

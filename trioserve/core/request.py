@@ -25,6 +25,8 @@ class InferenceRequest:
     params: list[Param]
     headers: list[tuple[str, str]] = field(default_factory=list)
     request_id: str = field(default_factory=new_request_id)
+    # The latest (trio clock) time the request may still start; None = no deadline.
+    deadline: float | None = None
 
     def work_item(self) -> WorkItem:
         return WorkItem(self.request_id, self.headers, self.params)

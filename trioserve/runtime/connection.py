@@ -19,7 +19,7 @@ class WorkerConnection:
         self._ready: list[Frame] = []
         self._send_lock = trio.Lock()
 
-    async def send(self, data: bytes) -> None:
+    async def send(self, data: bytes | bytearray) -> None:
         async with self._send_lock:
             await self._stream.send_all(data)
 

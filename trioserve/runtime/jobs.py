@@ -1,17 +1,17 @@
-"""Jobs (one accepted request each) and the bounded per-model job queue.
+"""Jobs: one accepted request each, from its adapter to a worker and back.
 
 A job is owned by the adapter task that accepted it (an HTTP route, a gRPC method). The
 adapter reads the job's replies; when it goes away (client disconnect, deadline) it calls
-:meth:`Job.cancel`, which removes a queued job from its queue or asks the worker running it
-to stop. A worker task delivers replies with :meth:`Job.deliver` and ends the job with
-:meth:`Job.finish` or :meth:`Job.fail`. Every job ends exactly once.
+:meth:`Job.cancel`, which removes a queued job from its queue (the model version's batcher)
+or asks the worker running it to stop. A worker task delivers replies with
+:meth:`Job.deliver` and ends the job with the final reply or :meth:`Job.fail`. Every job
+ends exactly once.
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 import trio
@@ -33,8 +33,8 @@ class Job:
 
     __slots__ = (
         "_on_cancel",
-        "_queue",
         "_recv",
+        "_remove",
         "_send",
         "enqueued_at",
         "request",
@@ -50,7 +50,7 @@ class Job:
         # Unbounded: a worker never blocks on a slow client; the stream for one job is
         # bounded by what its handler sends.
         self._send, self._recv = trio.open_memory_channel[tuple[Reply, bool] | ServeError](math.inf)
-        self._queue: JobQueue | None = None
+        self._remove: Callable[[Job], None] | None = None
         self._on_cancel: Callable[[Job], None] | None = None
 
     @property
@@ -59,12 +59,24 @@ class Job:
 
     # -- worker side -------------------------------------------------------------------
 
+    def queued_in(self, remove: Callable[[Job], None]) -> None:
+        """The job waits in a queue; ``remove`` takes it out if the adapter cancels it."""
+        self.state = JobState.QUEUED
+        self._on_cancel = None
+        self._remove = remove
+
     def start(self, on_cancel: Callable[[Job], None]) -> None:
         """A worker took the job; ``on_cancel`` tells that worker to stop it."""
         self.state = JobState.RUNNING
         self.started_at = trio.current_time()
-        self._queue = None
+        self._remove = None
         self._on_cancel = on_cancel
+
+    def unstart(self) -> None:
+        """The job's batch never reached the worker: it is queued again (by the caller)."""
+        self.state = JobState.QUEUED
+        self.started_at = None
+        self._on_cancel = None
 
     def deliver(self, reply: Reply, *, final: bool) -> None:
         if self.state is not JobState.RUNNING:
@@ -88,7 +100,7 @@ class Job:
     def _end(self, state: JobState) -> None:
         self.state = state
         self._on_cancel = None
-        self._queue = None
+        self._remove = None
         self._send.close()
 
     # -- adapter side ------------------------------------------------------------------
@@ -104,66 +116,10 @@ class Job:
 
     def cancel(self) -> None:
         """The adapter no longer wants the answer. Safe to call in any state."""
-        if self.state is JobState.QUEUED and self._queue is not None:
-            self._queue.remove(self)
+        if self.state is JobState.QUEUED and self._remove is not None:
+            self._remove(self)
         elif self.state is JobState.RUNNING and self._on_cancel is not None:
             self._on_cancel(self)
         if self.state in (JobState.QUEUED, JobState.RUNNING):
             self._end(JobState.CANCELLED)
         self._recv.close()
-
-
-class JobQueue:
-    """A bounded FIFO of jobs that worker tasks wait on."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._jobs: deque[Job] = deque()
-        self._lot = trio.lowlevel.ParkingLot()
-        self._closed: ServeError | None = None
-
-    def __len__(self) -> int:
-        return len(self._jobs)
-
-    @property
-    def remaining_capacity(self) -> int:
-        return max(0, self.capacity - len(self._jobs))
-
-    def put(self, job: Job, full_error: Callable[[], ServeError]) -> None:
-        if self._closed is not None:
-            raise self._closed
-        if len(self._jobs) >= self.capacity:
-            raise full_error()
-        job._queue = self
-        self._jobs.append(job)
-        self._lot.unpark()
-
-    def put_front(self, job: Job) -> None:
-        """Give back a job that was taken but never reached a worker."""
-        job.state = JobState.QUEUED
-        job._on_cancel = None
-        job._queue = self
-        self._jobs.appendleft(job)
-        self._lot.unpark()
-
-    def remove(self, job: Job) -> None:
-        try:
-            self._jobs.remove(job)
-        except ValueError:
-            pass
-
-    async def get(self) -> Job:
-        """Wait for the next job."""
-        while not self._jobs:
-            await self._lot.park()
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return self._jobs.popleft()
-
-    def get_nowait(self) -> Job | None:
-        return self._jobs.popleft() if self._jobs else None
-
-    def close(self, error: ServeError) -> None:
-        """Refuse new jobs and fail every queued one with ``error``."""
-        self._closed = error
-        while self._jobs:
-            self._jobs.popleft().fail(error)

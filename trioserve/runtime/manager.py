@@ -26,10 +26,12 @@ from trioserve.core.model_settings import (
 )
 from trioserve.core.registry import Registry
 from trioserve.core.request import InferenceRequest
+from trioserve.core.tensor_inputs import TensorSpecError, parse_tensor_inputs
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import Launcher
 from trioserve.runtime.model import ModelVersion, PoolSettings
-from trioserve.runtime.worker import WorkerSettings
+from trioserve.runtime.tensor_frames import tensor_frame_builder
+from trioserve.runtime.worker import WorkerSettings, default_batch_frame
 
 log = logging.getLogger("trioserve.runtime.manager")
 
@@ -205,6 +207,10 @@ class ModelManager:
             model_yaml_config=dict(loaded.config.raw),
         )
         max_frame = self.settings.max_response_size * settings.batch_size + (1 << 20)
+        try:
+            tensors = parse_tensor_inputs(loaded.config.raw.get("tensorInputs"))
+        except TensorSpecError as exc:
+            raise errors.bad_request(f"model-config.yaml of {settings.name}: {exc}") from None
         sink = self.settings.metrics_sink
         on_metrics = (
             None if sink is None else functools.partial(sink, settings.name, settings.version)
@@ -219,8 +225,13 @@ class ModelManager:
             batch_size=settings.batch_size,
             on_metrics=on_metrics,
             on_loaded=self.settings.load_time_sink,
+            frame_builder=tensor_frame_builder(tensors) if tensors else default_batch_frame,
         )
-        return PoolSettings(worker=worker, next_worker_id=lambda: next(self._worker_ids))
+        return PoolSettings(
+            worker=worker,
+            next_worker_id=lambda: next(self._worker_ids),
+            tensor_inputs=tensors,
+        )
 
     async def unregister(self, name: str, version: str | None = None) -> None:
         async with self._lock:

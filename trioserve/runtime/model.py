@@ -1,17 +1,19 @@
-"""One registered model version at run time: its job queue and its pool of workers."""
+"""One registered model version at run time: its batcher (the job queue) and its workers."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import trio
 
 from trioserve.core import errors
 from trioserve.core.model_settings import ModelSettings
 from trioserve.core.request import InferenceRequest
-from trioserve.runtime.jobs import Job, JobQueue
+from trioserve.core.tensor_inputs import TensorInput
+from trioserve.runtime.batcher import Batcher
+from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import Launcher
 from trioserve.runtime.worker import Worker, WorkerSettings, WorkerState
 
@@ -24,6 +26,7 @@ class PoolSettings:
 
     worker: WorkerSettings
     next_worker_id: Callable[[], int]
+    tensor_inputs: Mapping[str, TensorInput] = field(default_factory=dict)
 
 
 class ModelVersion:
@@ -31,7 +34,11 @@ class ModelVersion:
         self.settings = settings
         self.min_workers = settings.min_workers
         self.max_workers = settings.max_workers
-        self.queue = JobQueue(settings.job_queue_size)
+        self.queue = Batcher(
+            batch_size=settings.batch_size,
+            max_delay=settings.max_batch_delay / 1000.0,
+            capacity=settings.job_queue_size,
+        )
         self.workers: list[Worker] = []
         self._pool = pool
         self._launcher = launcher
@@ -52,6 +59,7 @@ class ModelVersion:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                await nursery.start(self.queue.run)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -144,6 +152,21 @@ class ModelVersion:
     def healthy(self) -> bool:
         return self.min_workers == 0 or self.ready_workers > 0
 
+    def _check_tensor_inputs(self, request: InferenceRequest) -> None:
+        """A request must carry every declared tensor input, of a size that fits it."""
+        for name, spec in self._pool.tensor_inputs.items():
+            param = next((p for p in request.params if p.name == name), None)
+            if param is None:
+                raise errors.bad_request(
+                    f'Model "{self.name}" needs input {name!r} ({spec.dtype} '
+                    f"{[spec.first, *spec.trailing]}) as raw bytes; the request has "
+                    f"{[p.name for p in request.params]}."
+                )
+            try:
+                spec.rows(memoryview(param.value).nbytes)
+            except ValueError as exc:
+                raise errors.bad_request(str(exc)) from None
+
     def submit(self, request: InferenceRequest) -> Job:
         if self._closed:
             raise errors.shutting_down()
@@ -161,6 +184,7 @@ class ModelVersion:
                 self.version,
                 f"no worker is ready; the last worker failure was: {last}",
             )
+        self._check_tensor_inputs(request)
         job = Job(request)
         self.queue.put(
             job,

@@ -33,8 +33,9 @@ from trioserve.core.messages import (
     encode_cancel,
     encode_load,
 )
+from trioserve.runtime.batcher import Batcher
 from trioserve.runtime.connection import WorkerConnection
-from trioserve.runtime.jobs import Job, JobQueue, JobState
+from trioserve.runtime.jobs import Job, JobState
 from trioserve.runtime.launcher import Launcher, WorkerProcess, describe_exit
 
 log = logging.getLogger("trioserve.runtime.worker")
@@ -49,6 +50,10 @@ class WorkerState(enum.Enum):
     STOPPED = "STOPPED"
 
 
+def default_batch_frame(batch_id: int, jobs: list[Job]) -> bytes:
+    return encode_batch(batch_id, [job.request.work_item() for job in jobs])
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     load: LoadSpec
@@ -60,6 +65,8 @@ class WorkerSettings:
     batch_size: int = 1
     on_metrics: Callable[[list[Any]], None] | None = None
     on_loaded: Callable[[str, float], None] | None = None  # (worker name, load ms)
+    # Builds the BATCH frame for a batch of jobs (the model version adds collated tensors).
+    frame_builder: Callable[[int, list[Job]], bytes | bytearray] = default_batch_frame
 
 
 class WorkerFailure(Exception):
@@ -77,13 +84,15 @@ class Worker:
         worker_id: int,
         name: str,
         settings: WorkerSettings,
-        queue: JobQueue,
+        batcher: Batcher,
         launcher: Launcher,
     ) -> None:
         self.id = worker_id
         self.name = name
         self.settings = settings
-        self._queue = queue
+        self._batcher = batcher
+        self._inbox: list[Job] | None = None
+        self._assigned = trio.Event()
         self._launcher = launcher
         self.state = WorkerState.STARTING
         self.pid: int | None = None
@@ -210,6 +219,9 @@ class Worker:
                     errors.worker_died(), detail=f"could not start the worker: {exc}"
                 )
             finally:
+                # This worker takes no more batches until it is serving again.
+                self._return_unclaimed()
+                self._batcher.worker_gone(self)
                 # Stop the process while its output pumps still run, whatever happened.
                 with trio.CancelScope(shield=True):
                     self._set_state(WorkerState.STOPPING)
@@ -269,35 +281,44 @@ class Worker:
         self._inflight.pop(job.request_id, None)
         self._cancel_send.send_nowait(job.request_id)
 
+    def assign(self, batch: list[Job]) -> None:
+        """The batcher hands this (idle) worker a batch."""
+        self._inbox = batch
+        self._assigned.set()
+
+    def _return_unclaimed(self) -> None:
+        """A batch assigned but never taken goes back to the batcher's queue."""
+        if self._inbox is not None:
+            batch, self._inbox = self._inbox, None
+            self._batcher.requeue(self, batch)
+
     async def _take_batch(self, conn: WorkerConnection, process: WorkerProcess) -> list[Job]:
-        """Wait for work; meanwhile keep reading the worker (trailing METRICS frames, and
-        EOF: a worker that dies while idle is restarted before any job reaches it)."""
-        batch: list[Job] = []
+        """Tell the batcher this worker is idle and wait for a batch; meanwhile keep reading
+        the worker (trailing METRICS frames, and EOF: a worker that dies while idle is
+        restarted before any job reaches it)."""
         failure: list[WorkerFailure] = []
         self._idle_scope = trio.CancelScope()
+        self._batcher.worker_idle(self)
         try:
             with self._idle_scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._watch_idle, conn, process, failure, nursery)
-                    first = await self._queue.get()
-                    batch.append(first)
-                    while len(batch) < self.settings.batch_size:
-                        job = self._queue.get_nowait()
-                        if job is None:
-                            break
-                        batch.append(job)
+                    await self._assigned.wait()
                     nursery.cancel_scope.cancel()
         except BaseException:
-            for job in reversed(batch):
-                self._queue.put_front(job)
+            self._return_unclaimed()
             raise
         finally:
             self._idle_scope = None
-        if failure:
-            for job in reversed(batch):
-                self._queue.put_front(job)
-            raise failure[0]
-        return batch
+        if failure or self._stop_requested:
+            self._return_unclaimed()
+            if failure:
+                raise failure[0]
+            return []
+        batch, self._inbox = self._inbox or [], None
+        self._assigned = trio.Event()
+        # Jobs whose clients left between dispatch and now are dropped.
+        return [job for job in batch if job.state is JobState.QUEUED]
 
     async def _watch_idle(
         self,
@@ -343,15 +364,14 @@ class Worker:
                 self._inflight[job.request_id] = job
             self._batch_id += 1
             try:
-                await conn.send(
-                    encode_batch(self._batch_id, [j.request.work_item() for j in batch])
-                )
+                await conn.send(self.settings.frame_builder(self._batch_id, batch))
             except BaseException:
-                # Never reached the worker: give the jobs back, in order, to the queue.
-                for job in reversed(batch):
-                    if job.state is JobState.RUNNING:
-                        self._inflight.pop(job.request_id, None)
-                        self._queue.put_front(job)
+                # Never reached the worker: give the jobs back to the queue, in order.
+                back = [job for job in batch if job.state is JobState.RUNNING]
+                for job in back:
+                    self._inflight.pop(job.request_id, None)
+                    job.unstart()
+                self._batcher.requeue(self, back)
                 raise
             await self._collect(conn, process)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from trioserve.core.messages import BatchReply, WorkItem
@@ -18,6 +18,7 @@ from trioserve.worker.codec import decode_request, request_headers
 from trioserve.worker.context import Context
 from trioserve.worker.errors import PREDICTION_FAILED, batch_error
 from trioserve.worker.replies import OutputError, error_reply, final_reply
+from trioserve.worker.tensors import BatchTensor
 
 log = logging.getLogger("trioserve.worker")
 
@@ -31,13 +32,16 @@ def prepare(
     decode: bool = True,
     cancel_check: Callable[[str], bool] | None = None,
     channel: Any = None,
+    tensors: Mapping[str, BatchTensor] | None = None,
 ) -> list[dict[str, Any]]:
-    """Install the batch's request state on ``context``; return the handler's ``data``."""
+    """Install the batch's request state (and its checked collated ``tensors``) on
+    ``context``; return the handler's ``data``."""
     context.begin_batch(
         [item.request_id for item in items],
         [request_headers(item) for item in items],
         cancel_check=cancel_check,
         channel=channel,
+        tensors=tensors,
     )
     return [decode_request(item, decode) for item in items]
 

@@ -4,15 +4,21 @@
 initialisation and to every call of its entry point. The worker refreshes the per-batch
 state (request ids, request headers, response status and headers) before each batch. The
 constructor and every attribute and method follow TorchServe's ``ts.context.Context`` so that
-handlers written for TorchServe run unchanged; :meth:`Context.is_cancelled` is a trioserve
-addition.
+handlers written for TorchServe run unchanged; :meth:`Context.is_cancelled` and the batch
+tensor methods (:meth:`Context.batch_tensor_names`, :meth:`Context.get_batch_tensor`,
+:meth:`Context.get_batch_lengths`) are trioserve additions.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from trioserve.worker.tensors import BatchTensor
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_SEQUENCE_ID_HEADER = "ts_request_sequence_id"
 DEFAULT_SEQUENCE_START_HEADER = "ts_request_sequence_start"
@@ -63,7 +69,31 @@ class RequestProcessor:
 
 
 class Context:
-    """Model facts (fixed at load) plus the state of the batch being handled."""
+    """Model facts (fixed at load) plus the state of the batch being handled.
+
+    Collated batch tensors (a trioserve addition). For the inputs a model declares as tensors
+    in its ``model-config.yaml``, the server collates the whole batch into one buffer inside
+    the frame it sends, and the handler can use it instead of decoding ``data`` request by
+    request (``data`` is still passed as usual)::
+
+        x = context.get_batch_tensor("x")          # [N, ...], row i is request i
+        lengths = context.get_batch_lengths("x")   # None, or int64 [N] when padded
+
+    * :meth:`batch_tensor_names` -- the collated inputs of the current batch, in the server's
+      order (empty when the server sent none, or outside a batch).
+    * :meth:`get_batch_tensor` -- input ``name`` as a ``torch.Tensor`` of the declared dtype:
+      ``[N, *shape]`` when every request sent the same shape (stacked), else
+      ``[N, max_len, *trailing]`` with each request's rows past its length zero. It is a view
+      of the received frame, made with ``torch.frombuffer``: no copy, writable, CPU (move it
+      with ``.to(device)``). Each call returns a new view of the same memory.
+    * :meth:`get_batch_lengths` -- ``None`` for a stacked input; for a padded one, an int64
+      tensor ``[N]`` of each request's first dimension (also a view of the frame).
+
+    An unknown name raises ``KeyError`` naming the inputs there are. The tensors belong to
+    the batch: the context forgets them when the batch's final answer is out (a tensor the
+    handler kept stays valid, and keeps the frame's memory alive). torch is imported only
+    when a tensor is asked for.
+    """
 
     def __init__(
         self,
@@ -107,6 +137,7 @@ class Context:
             "TS_REQUEST_SEQUENCE_END", DEFAULT_SEQUENCE_END_HEADER
         )
         self._cancel_check: Callable[[str], bool] | None = None
+        self._batch_tensors: Mapping[str, BatchTensor] = {}
 
     # -- model facts -----------------------------------------------------------------------
 
@@ -131,19 +162,27 @@ class Context:
         *,
         cancel_check: Callable[[str], bool] | None = None,
         channel: Any = None,
+        tensors: Mapping[str, BatchTensor] | None = None,
     ) -> None:
-        """Install the state of a new batch (called by the worker before the handler runs)."""
+        """Install the state of a new batch (called by the worker before the handler runs).
+
+        ``tensors`` are the batch's collated inputs, already checked against the frame
+        (:func:`trioserve.worker.tensors.parse_batch_tensors`).
+        """
         self.request_ids = dict(enumerate(request_ids))
         self._request_processor = [RequestProcessor(h) for h in request_headers]
         self._cancel_check = cancel_check
         self.cl_socket = channel
+        self._batch_tensors = dict(tensors) if tensors else {}
         set_ids = getattr(self.metrics, "set_request_ids", None)
         if callable(set_ids):
             set_ids(self.request_ids)
 
     def end_batch(self) -> None:
-        """Detach the intermediate-response channel once the batch's final answer is out."""
+        """Detach the intermediate-response channel and drop the batch tensors once the
+        batch's final answer is out."""
         self.cl_socket = None
+        self._batch_tensors = {}
 
     def _processor(self, idx: int) -> RequestProcessor:
         if self._request_processor is None:
@@ -177,6 +216,41 @@ class Context:
             return False
         return self._cancel_check(request_id)
 
+    # -- collated batch tensors (trioserve) ---------------------------------------------------
+
+    def batch_tensor_names(self) -> list[str]:
+        """The names of the current batch's collated tensor inputs (see the class doc)."""
+        return list(self._batch_tensors)
+
+    def _batch_tensor(self, name: str) -> BatchTensor:
+        try:
+            return self._batch_tensors[name]
+        except KeyError:
+            available = ", ".join(repr(n) for n in self._batch_tensors)
+            raise KeyError(
+                f"no collated batch tensor named {name!r}; this batch has "
+                + (available if available else "none")
+                + " (the server collates the inputs declared as tensors in model-config.yaml)"
+            ) from None
+
+    def get_batch_tensor(self, name: str) -> torch.Tensor:
+        """Input ``name`` of the whole batch as a ``torch.Tensor``, without a copy.
+
+        ``[N, *shape]`` when stacked, ``[N, max_len, *trailing]`` zero-padded when the
+        requests' first dimensions differ (see :meth:`get_batch_lengths`). Raises
+        ``KeyError`` for a name the batch does not have.
+        """
+        spec = self._batch_tensor(name)
+        return _frombuffer(spec.data, spec.dtype, spec.shape)
+
+    def get_batch_lengths(self, name: str) -> torch.Tensor | None:
+        """Each request's first dimension of input ``name`` (int64 ``[N]``) when the batch is
+        padded; ``None`` when it is stacked. Raises ``KeyError`` for an unknown name."""
+        spec = self._batch_tensor(name)
+        if spec.lengths is None:
+            return None
+        return _frombuffer(spec.lengths, "int64", (spec.shape[0],))
+
     # -- response side ----------------------------------------------------------------------
 
     def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0) -> None:
@@ -202,3 +276,15 @@ class Context:
 
     def get_response_content_type(self, idx: int) -> Any:
         return self.get_response_headers(idx).get("content-type")
+
+
+def _frombuffer(view: memoryview, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """A tensor of ``shape`` over ``view`` (no copy, unless ``view`` is read-only)."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    if view.nbytes == 0:  # torch.frombuffer refuses empty buffers
+        return torch.empty(shape, dtype=torch_dtype)
+    if view.readonly:  # never from the worker's frames; wrapping would let torch write to it
+        view = memoryview(bytearray(view))
+    return torch.frombuffer(view, dtype=torch_dtype).view(shape)

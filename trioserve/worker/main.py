@@ -4,7 +4,9 @@ Frames in (server -> worker) and what the worker does:
 
 * LOAD (must come first): load the handler in the handler thread, answer LOAD_RESULT
   ``{code: 200, message: "loaded"}``; on failure answer the error code and exit with status 1.
-* BATCH: queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
+* BATCH: its collated tensors (``meta["tensors"]``, see :mod:`trioserve.worker.tensors`) are
+  checked first; a batch whose tensors break the contract is answered at once with 400. Then
+  it is queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
   intermediate RESPONSE frames (not final) go out as the handler sends them, then one final
   RESPONSE, then a METRICS frame if the handler (or the worker) recorded metrics.
 * CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True.
@@ -25,7 +27,7 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 import outcome
@@ -51,6 +53,7 @@ from trioserve.worker.loader import load_handler
 from trioserve.worker.metrics import MetricsCache
 from trioserve.worker.replies import error_reply
 from trioserve.worker.streaming import IntermediateChannel
+from trioserve.worker.tensors import BatchTensor, TensorSpecError, parse_batch_tensors
 
 log = logging.getLogger("trioserve.worker")
 
@@ -77,6 +80,7 @@ class LoadJob:
 class BatchJob:
     batch_id: int
     items: list[WorkItem]
+    tensors: dict[str, BatchTensor] = field(default_factory=dict)
 
 
 Job = LoadJob | BatchJob
@@ -205,11 +209,19 @@ class Worker:
             log.error("rejecting malformed batch %d: %s", raw_id, exc)
             await self.send(encode_reply(error_reply(raw_id, 400, f"malformed batch: {exc}")))
             return
+        try:
+            tensors = parse_batch_tensors(frame.meta, frame.blobs, len(items))
+        except TensorSpecError as exc:
+            log.error("rejecting batch %d: %s", batch_id, exc)
+            await self.send(
+                encode_reply(error_reply(batch_id, 400, f"malformed batch tensors: {exc}"))
+            )
+            return
         if self._shutting_down:
             await self.send(encode_reply(error_reply(batch_id, 503, "the worker is shutting down")))
             return
         self._cancels.track(item.request_id for item in items)
-        self._queue(BatchJob(batch_id, items))
+        self._queue(BatchJob(batch_id, items, tensors))
 
     def _queue(self, job: Job) -> None:
         try:
@@ -280,6 +292,7 @@ class Worker:
                     decode=self._decode,
                     cancel_check=self._cancels.is_cancelled,
                     channel=channel,
+                    tensors=job.tensors,
                 )
                 return run_batch(entry, context, job.batch_id, job.items, data)
             finally:

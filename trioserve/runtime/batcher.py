@@ -1,0 +1,118 @@
+"""The batcher of one model version: a trio task driving the sans-IO BatchPolicy.
+
+Adapters put jobs in; workers say when they are idle and receive batches in their inbox.
+The policy (``core/batching.py``) decides what goes where and when; this module only feeds it
+events and the clock, sleeps until its next wake-up or the next event, and carries out its
+decisions. It is also the job queue of the model version: it answers for its length and
+capacity, removes cancelled jobs, and fails queued jobs when the model goes away.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import trio
+
+from trioserve.core.batching import BatchPolicy, Dispatch, Expire, QueueFull
+from trioserve.core.errors import ServeError
+from trioserve.runtime.jobs import Job, JobState
+
+
+class BatchTaker(Protocol):
+    """A worker, as the batcher sees it (hashed by identity)."""
+
+    def __hash__(self) -> int: ...
+
+    def assign(self, batch: list[Job]) -> None:
+        """Hand over a batch (the worker told the batcher it was idle)."""
+
+
+def deadline_passed() -> ServeError:
+    return ServeError(
+        504,
+        "ServiceUnavailableException",
+        "The request's deadline passed while it waited in the queue; it was not run.",
+    )
+
+
+class Batcher:
+    def __init__(self, *, batch_size: int, max_delay: float, capacity: int) -> None:
+        self._policy: BatchPolicy[Job, BatchTaker] = BatchPolicy(
+            batch_size=batch_size, max_delay=max_delay, capacity=capacity
+        )
+        self._changed = trio.Event()
+        self._closed: ServeError | None = None
+
+    # -- the queue -------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        return self._policy.capacity
+
+    def __len__(self) -> int:
+        return len(self._policy)
+
+    @property
+    def remaining_capacity(self) -> int:
+        return max(0, self.capacity - len(self._policy))
+
+    def put(self, job: Job, full_error: Callable[[], ServeError]) -> None:
+        if self._closed is not None:
+            raise self._closed
+        try:
+            self._policy.submit(job, trio.current_time(), job.request.deadline)
+        except QueueFull:
+            raise full_error() from None
+        job.queued_in(self.remove)
+        self._changed.set()
+
+    def remove(self, job: Job) -> None:
+        self._policy.cancel(job)
+
+    def close(self, error: ServeError) -> None:
+        """Refuse new jobs and fail every queued one with ``error``."""
+        self._closed = error
+        for job in self._policy.drain():
+            job.fail(error)
+
+    # -- workers ---------------------------------------------------------------------
+
+    def worker_idle(self, worker: BatchTaker) -> None:
+        self._policy.worker_idle(worker)
+        self._changed.set()
+
+    def worker_gone(self, worker: BatchTaker) -> None:
+        self._policy.worker_gone(worker)
+        self._changed.set()
+
+    def requeue(self, worker: BatchTaker, jobs: Sequence[Job]) -> None:
+        """Jobs dispatched to ``worker`` that never reached it go back to the queue."""
+        wanted = [job for job in jobs if job.state is JobState.QUEUED]
+        if self._closed is not None:
+            for job in wanted:
+                job.fail(self._closed)
+            self._policy.requeue(worker, [])
+            return
+        self._policy.requeue(worker, wanted)
+        for job in wanted:
+            job.queued_in(self.remove)
+        self._changed.set()
+
+    # -- the task --------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            now = trio.current_time()
+            for decision in self._policy.poll(now):
+                if isinstance(decision, Expire):
+                    for job in decision.items:
+                        job.fail(deadline_passed())
+                elif isinstance(decision, Dispatch):
+                    decision.worker.assign(list(decision.items))
+            wakeup = self._policy.next_wakeup(now)
+            with trio.move_on_at(math.inf if wakeup is None else wakeup):
+                await self._changed.wait()
+            self._changed = trio.Event()
