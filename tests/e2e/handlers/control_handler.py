@@ -9,6 +9,7 @@ stream:<n>        sends n intermediate responses 0.2 s apart, then "end"
 headers           answers the request headers it saw, as JSON
 params            answers {name: value} of its inputs, as JSON
 pid               answers the worker's pid
+wrongcount        answers twice: the batch has one answer too many
 anything else     echoed back
 """
 
@@ -40,6 +41,9 @@ def _mark(name):
 def handle(data, context):
     if data is None:  # initialisation call
         return None
+    if MARKERS:
+        with open(Path(MARKERS, "batches.log"), "a") as log:
+            log.write(f"{len(data)}\n")
     out = []
     for idx, row in enumerate(data):
         command = _text(row.get("body", row.get("data", "")))
@@ -77,6 +81,8 @@ def handle(data, context):
             out.append({k: _text(v) for k, v in row.items()})
         elif command == "pid":
             out.append(str(os.getpid()))
+        elif command == "wrongcount":
+            out.extend(["one", "too many"])
         else:
             out.append(command)
     return out
