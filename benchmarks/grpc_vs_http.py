@@ -42,7 +42,6 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
 
 REPO = Path(__file__).resolve().parents[1]
 ECHO_HANDLER = REPO / "handlers" / "echo" / "echo_handler.py"
-LAUNCHER = REPO / "tests" / "e2e" / "grpc_launcher.py"
 PREDICTIONS = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
 
 
@@ -113,22 +112,14 @@ def start_server(workdir: Path, workers: int) -> Server:
         f"model_store={store}\nload_models=echo=echo.mar\n"
         f"default_workers_per_model={workers}\n"
     )
-    # The server's own command, once it serves gRPC; until then the test launcher, which runs
-    # serve() and serve_grpc() side by side.
-    attempts = [
-        ("trioserve start", [sys.executable, "-m", "trioserve", "start", "--foreground",
-                             "--ts-config", str(config)]),
-        ("tests/e2e/grpc_launcher.py", [sys.executable, str(LAUNCHER), str(config)]),
-    ]  # fmt: skip
-    for how, command in attempts:
-        process, report = _launch(command, workdir, 60)
-        if report.startswith("READY") and "grpc_inference=" in report:
-            return Server(process, http_port, grpc_port, how)
-        server = Server(process, http_port, grpc_port, how)
+    command = [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config",
+               str(config)]  # fmt: skip
+    process, report = _launch(command, workdir, 60)
+    server = Server(process, http_port, grpc_port, "trioserve start")
+    if not (report.startswith("READY") and "grpc_inference=" in report):
         server.stop()
-        if not report.startswith("READY"):
-            raise RuntimeError(f"server did not start: {report!r}; see {workdir}/server.log")
-    raise RuntimeError("no way to start trioserve with gRPC listeners")
+        raise RuntimeError(f"server did not start: {report!r}; see {workdir}/server.log")
+    return server
 
 
 # -- clients --------------------------------------------------------------------------------
