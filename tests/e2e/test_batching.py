@@ -98,3 +98,43 @@ def test_a_worker_crash_mid_batch_fails_exactly_that_batch(server: Server) -> No
     # the restarted worker serves the next ones
     again = fire(server, [b"y1", b"y2"])
     assert [r.text for r in again if r] == ["y1", "y2"]
+
+
+def test_tensor_inputs_reach_the_handler_as_one_padded_batch(make_server) -> None:  # type: ignore[no-untyped-def]
+    import struct
+
+    server: Server = make_server("tensor=tensor.mar")
+    server.start()
+    rows = {1: [[1.0, 2.0]], 2: [[3.0, 4.0], [5.0, 6.0]], 3: [[7.0, 8.0]] * 3}
+    bodies = [struct.pack(f"<{2 * len(r)}f", *(x for row in r for x in row)) for r in rows.values()]
+    first = fire_to(server, "tensor", [b"\0" * 8])  # one alone (the worker then sleeps)
+    assert first[0] is not None and first[0].json()["batch"] == [1, 1, 2]
+    busy = threading.Thread(target=fire_to, args=(server, "tensor", [b"\0" * 8]))
+    busy.start()
+    time.sleep(0.1)
+    answers = fire_to(server, "tensor", bodies)
+    busy.join()
+    for answer, expected in zip(answers, rows.values(), strict=True):
+        assert answer is not None and answer.status_code == 200, answer and answer.text
+        body = answer.json()
+        assert body["batch"] == [3, 3, 2]  # one batch, padded to the longest request
+        assert body["rows"] == expected
+        assert body["padding_is_zero"] is True
+    bad = httpx.post(f"{server.url}/predictions/tensor", content=b"\0" * 7, timeout=30)
+    assert bad.status_code == 400
+    assert "whole number of rows of 8 bytes" in bad.json()["message"]
+
+
+def fire_to(server: Server, model: str, bodies: list[bytes]) -> list[httpx.Response | None]:
+    out: list[httpx.Response | None] = [None] * len(bodies)
+
+    def call(i: int) -> None:
+        out[i] = httpx.post(f"{server.url}/predictions/{model}", content=bodies[i], timeout=30)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+        time.sleep(0.01)
+    for t in threads:
+        t.join()
+    return out

@@ -1,0 +1,556 @@
+"""Dynamic batching end to end: the reference batched model through trioserve vs in-process.
+
+Builds the reference model (``handlers/batched``: an MLP 256 -> 2048 -> 2048 -> 10, TorchScript)
+into a model store with ``trioserve archive`` (its ``model-config.yaml``: ``batchSize: 16``,
+``maxBatchDelay: 50``, one worker), starts a real trioserve process on loopback with token
+authorization off, and measures, from one run each:
+
+- serving: HTTP ``POST /predictions/batched`` at concurrency 64 (1024-byte float32 bodies)
+  vs the same TorchScript model called in this process on batches of 16. Target: the server
+  reaches at least 85% of the in-process throughput.
+- light load: concurrency 1 (the window is the config's 50 ms): median and p90 latency through
+  the server vs the model's own time for one request in-process. Target: the median within
+  2 ms of the model's own time.
+
+    .venv/bin/python benchmarks/batching_bench.py [--requests 20000] [--duration 15]
+        [--concurrency 64] [--light-requests 1000] [--light-duration 10]
+        [--hidden 2048 [4096 ...]] [--keep]
+
+``--hidden`` runs everything again for wider variants of the same MLP (built by the same
+``make_model.py``), to show how the ratio depends on the model's cost per request: the server's
+own CPU time per request is a fixed cost that a cheap model cannot hide. A second table splits
+the serving phase's CPU time per answered request between the server process, its worker and
+this process (the load generator), next to the model's own time per request in a batch of 16.
+
+Thread settings are the same on both sides: one intra-op thread (``torch.set_num_threads(1)``
+here, ``OMP_NUM_THREADS=1`` / ``MKL_NUM_THREADS=1`` in the server's environment, which its
+worker inherits). The in-process numbers are taken before the server starts, so nothing else
+runs meanwhile. The load generator is a minimal keep-alive HTTP/1.1 client on asyncio (one
+connection per concurrent caller, requests prebuilt), kept light because it shares the
+machine's CPUs with the server and its worker. The worker appends every batch size it sees to
+``TRIOSERVE_BATCH_LOG``; the tables quote the batches formed in each phase. Every phase is
+bounded by a request count and a time limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import importlib.util
+import json
+import os
+import platform
+import select
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL_DIR = REPO / "handlers" / "batched"
+MODEL_NAME = "batched"
+BATCH_SIZE = 16
+NUM_FEATURES = 256
+REFERENCE_HIDDEN = 2048
+THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+def build_model(dest: Path, hidden: int) -> Path:
+    """``handlers/batched/make_model.py``'s ``build(dest)`` (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location("batched_make_model", MODEL_DIR / "make_model.py")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {MODEL_DIR / 'make_model.py'}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path: Path = module.build(dest, hidden)
+    return path
+
+
+def load_scripted(path: Path) -> Any:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
+        model = torch.jit.load(str(path), map_location="cpu")
+    return model.eval()
+
+
+def inputs(count: int) -> torch.Tensor:
+    return torch.randn(count, NUM_FEATURES, generator=torch.Generator().manual_seed(0))
+
+
+@dataclass
+class InProcess:
+    batch_seconds: float  # median time of one batch of 16
+    batches: int
+    rate: float  # requests per second on batches of 16
+    single_seconds: list[float]  # one request, one call each
+
+    @property
+    def single_median(self) -> float:
+        return statistics.median(self.single_seconds)
+
+
+def measure_in_process(model: Any, duration: float, single_calls: int) -> InProcess:
+    """The model alone: batches of 16 back to back, then single requests one at a time."""
+    batch = inputs(BATCH_SIZE)
+    one = inputs(1)
+    with torch.inference_mode():
+        for _ in range(20):
+            model(batch)
+            model(one)
+        times: list[float] = []
+        began = time.perf_counter()
+        while time.perf_counter() - began < duration:
+            start = time.perf_counter()
+            model(batch)
+            times.append(time.perf_counter() - start)
+        elapsed = time.perf_counter() - began
+        single: list[float] = []
+        deadline = time.perf_counter() + duration
+        while len(single) < single_calls and time.perf_counter() < deadline:
+            start = time.perf_counter()
+            model(one)
+            single.append(time.perf_counter() - start)
+    return InProcess(
+        statistics.median(times), len(times), len(times) * BATCH_SIZE / elapsed, single
+    )
+
+
+def expected_classes(model: Any, rows: torch.Tensor) -> list[int]:
+    with torch.inference_mode():
+        return [int(c) for c in model(rows).argmax(dim=1).tolist()]
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    workdir: Path
+    process: subprocess.Popen[bytes]
+    port: int
+    batch_log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def build_store(workdir: Path, hidden: int) -> Path:
+    """``batched.mar`` built with the real ``trioserve archive`` command."""
+    weights = build_model(workdir / "build", hidden)
+    store = workdir / "store"
+    store.mkdir()
+    subprocess.run(
+        [sys.executable, "-m", "trioserve", "archive", "--model-name", MODEL_NAME, "-v", "1.0",
+         "--handler", str(MODEL_DIR / "batched_handler.py"),
+         "--serialized-file", str(weights),
+         "--config-file", str(MODEL_DIR / "model-config.yaml"),
+         "--export-path", str(store), "-f"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    return store
+
+
+def start_server(workdir: Path, store: Path, timeout: float = 120) -> Server:
+    """``trioserve start --foreground``, as tests/e2e/server.py starts it: every listener on a
+    free loopback port, token authorization off, READY reported on a pipe."""
+    port = free_port()
+    batch_log = workdir / "batches.log"
+    config = workdir / "config.properties"
+    config.write_text(
+        f"inference_address=http://127.0.0.1:{port}\n"
+        f"management_address=http://127.0.0.1:{free_port()}\n"
+        f"metrics_address=http://127.0.0.1:{free_port()}\n"
+        f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n"
+        "disable_token_authorization=true\n"
+        f"model_store={store}\nload_models={MODEL_NAME}={MODEL_NAME}.mar\n"
+        "default_workers_per_model=1\ndefault_startup_timeout=60\n"
+    )
+    read_fd, write_fd = os.pipe()
+    env = {
+        **os.environ,
+        **THREAD_ENV,
+        "TRIOSERVE_BATCH_LOG": str(batch_log),
+        "TRIOSERVE_READY_FD": str(write_fd),
+    }
+    with open(workdir / "server.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "trioserve", "start", "--foreground",
+             "--ts-config", str(config)],
+            cwd=workdir, env=env, stdout=log, stderr=log, pass_fds=(write_fd,),
+        )  # fmt: skip
+    os.close(write_fd)
+    report = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while b"\n" not in report and time.monotonic() < deadline:
+            if select.select([read_fd], [], [], 0.1)[0]:
+                chunk = os.read(read_fd, 4096)
+                if not chunk:
+                    break
+                report += chunk
+    finally:
+        os.close(read_fd)
+    server = Server(workdir, process, port, batch_log)
+    if not report.startswith(b"READY"):
+        server.stop()
+        raise RuntimeError(f"server did not start: {report!r}; see {workdir}/server.log")
+    return server
+
+
+def batch_sizes(server: Server) -> list[int]:
+    """Every batch size the worker has logged so far."""
+    try:
+        text = server.batch_log.read_text()
+    except FileNotFoundError:
+        return []
+    return [int(line) for line in text.split()]
+
+
+# -- the load generator ---------------------------------------------------------------------
+
+
+class HttpCaller:
+    """POST /predictions/batched over one keep-alive HTTP/1.1 connection; the body is one
+    prebuilt float32 row and the answer's class is checked against the in-process model."""
+
+    def __init__(self, port: int, body: bytes, expected_class: int) -> None:
+        self._port = port
+        self._request = (
+            f"POST /predictions/{MODEL_NAME} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Content-Type: application/octet-stream\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        self._expected = expected_class
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def __call__(self) -> None:
+        if self._reader is None or self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self._port)
+        try:
+            self._writer.write(self._request)
+            head = await self._reader.readuntil(b"\r\n\r\n")
+            status = head.split(b" ", 2)[1]
+            length = -1
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if length < 0:
+                raise RuntimeError("response without Content-Length")
+            body = await self._reader.readexactly(length)
+        except BaseException:
+            await self.close()
+            raise
+        if status != b"200":
+            await self.close()  # the server closes the connection after an error response
+            raise RuntimeError(f"HTTP {status.decode()}: {body[:200]!r}")
+        answer = json.loads(body)
+        if answer.get("class") != self._expected:
+            raise RuntimeError(f"wrong answer {answer!r}, expected class {self._expected}")
+
+    async def close(self) -> None:
+        writer, self._reader, self._writer = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except OSError:
+                pass
+
+
+@dataclass
+class Load:
+    name: str
+    concurrency: int
+    issued: int
+    seconds: float
+    latencies: list[float]
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    batches: list[int] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.seconds if self.seconds else 0.0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.latencies) if self.latencies else float("nan")
+
+    def quantile(self, q: float) -> float:
+        return percentile(self.latencies, q)
+
+    def batch_cell(self) -> str:
+        """``batches, mean size`` for a table cell."""
+        if not self.batches:
+            return "none logged"
+        return f"{len(self.batches)}, {statistics.fmean(self.batches):.1f}"
+
+    def batch_histogram(self) -> str:
+        counts = collections.Counter(self.batches)
+        return ", ".join(f"{n} x {size}" for size, n in sorted(counts.items(), reverse=True))
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+async def run_load(name: str, callers: list[HttpCaller], requests: int, duration: float) -> Load:
+    loop = asyncio.get_running_loop()
+    latencies: list[float] = []
+    errors: collections.Counter[str] = collections.Counter()
+    issued = 0
+    deadline = loop.time() + duration
+
+    async def caller_loop(call: HttpCaller) -> None:
+        nonlocal issued
+        while issued < requests and loop.time() < deadline:
+            issued += 1
+            began = time.perf_counter()
+            try:
+                await call()
+            except Exception as exc:
+                errors[str(exc)[:120] or type(exc).__name__] += 1
+                continue
+            latencies.append(time.perf_counter() - began)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(caller_loop(call) for call in callers))
+    return Load(name, len(callers), issued, time.perf_counter() - began, latencies, errors)
+
+
+def cpu_seconds(server: Server) -> dict[str, float]:
+    """CPU time used so far by the server process, its workers and this process."""
+    used = {"trioserve": 0.0, "worker": 0.0, "generator": 0.0}
+    try:
+        main = psutil.Process(server.process.pid)
+        processes = [("trioserve", main)] + [("worker", p) for p in main.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        processes = []
+    for role, process in [*processes, ("generator", psutil.Process())]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        used[role] += times.user + times.system
+    return used
+
+
+async def measure_server(
+    server: Server, model: Any, args: argparse.Namespace
+) -> tuple[Load, Load, dict[str, float]]:
+    rows = inputs(args.concurrency)
+    classes = expected_classes(model, rows)
+    bodies = [struct.pack(f"<{NUM_FEATURES}f", *row.tolist()) for row in rows]
+    callers = [
+        HttpCaller(server.port, body, cls) for body, cls in zip(bodies, classes, strict=True)
+    ]
+    try:
+        # Warm-up: connections, the worker's TorchScript profiling runs, every batch shape.
+        await run_load("warm-up", callers, max(500, args.concurrency * 8), args.duration)
+        logged = len(batch_sizes(server))
+        before = cpu_seconds(server)
+        serving = await run_load("serving", callers, args.requests, args.duration)
+        after = cpu_seconds(server)
+        serving.batches = batch_sizes(server)[logged:]
+        answered = max(1, len(serving.latencies))
+        cpu = {role: (after[role] - before[role]) / answered * 1e6 for role in after}
+
+        logged = len(batch_sizes(server))
+        light = await run_load("light load", callers[:1], args.light_requests, args.light_duration)
+        light.batches = batch_sizes(server)[logged:]
+    finally:
+        for caller in callers:
+            await caller.close()
+    return serving, light, cpu
+
+
+# -- one model, end to end ----------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    hidden: int
+    local: InProcess
+    serving: Load
+    light: Load
+    cpu_us: dict[str, float]  # CPU time per answered request in the serving phase, by process
+
+    @property
+    def ratio(self) -> float:
+        return self.serving.rate / self.local.rate if self.local.rate else 0.0
+
+    @property
+    def extra_ms(self) -> float:
+        return (self.light.median - self.local.single_median) * 1e3
+
+    def errors(self) -> int:
+        return sum(self.serving.errors.values()) + sum(self.light.errors.values())
+
+
+def bench_model(hidden: int, args: argparse.Namespace) -> Run:
+    workdir = Path(tempfile.mkdtemp(prefix="trioserve-batching-"))
+    try:
+        store = build_store(workdir, hidden)
+        model = load_scripted(workdir / "build" / "model.pt")
+        local = measure_in_process(model, min(args.duration, 5.0), args.light_requests)
+        server = start_server(workdir, store)
+        try:
+            serving, light, cpu = asyncio.run(measure_server(server, model, args))
+        finally:
+            server.stop()
+    finally:
+        if args.keep:
+            print(f"work folder kept: {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return Run(hidden, local, serving, light, cpu)
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def model_name(hidden: int) -> str:
+    reference = " (reference)" if hidden == REFERENCE_HIDDEN else ""
+    return f"256-{hidden}-{hidden}-10{reference}"
+
+
+def report(args: argparse.Namespace, runs: list[Run]) -> None:
+    ms = 1e3
+    print(
+        f"handlers/batched MLP (TorchScript, float32), batchSize {BATCH_SIZE}, maxBatchDelay "
+        f"50 ms, 1 worker, 1 intra-op thread on both sides; loopback, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, torch {torch.__version__}"
+    )
+    print()
+    print(
+        f"serving: HTTP at concurrency {args.concurrency} (at most {args.requests} requests or "
+        f"{args.duration:g} s) vs the model in-process on batches of {BATCH_SIZE}"
+    )
+    print(
+        "| model                        | in-process req/s | trioserve req/s | ratio  "
+        "| p50 ms | p99 ms | batches: n, mean | errors |"
+    )
+    print(
+        "|------------------------------|-----------------:|----------------:|-------:"
+        "|-------:|-------:|-----------------:|-------:|"
+    )
+    for run in runs:
+        s = run.serving
+        batches = s.batch_cell()
+        print(
+            f"| {model_name(run.hidden):<28} | {run.local.rate:>16.0f} | {s.rate:>15.0f} "
+            f"| {run.ratio:>6.1%} | {s.median * ms:>6.2f} | {s.quantile(0.99) * ms:>6.2f} "
+            f"| {batches:>16} | {sum(s.errors.values()):>6} |"
+        )
+    print()
+    print("CPU time per answered request in the serving phase (µs), by process:")
+    print("| model                        | model alone | trioserve | worker | load generator |")
+    print("|------------------------------|------------:|----------:|-------:|---------------:|")
+    for run in runs:
+        cpu = run.cpu_us
+        alone = run.local.batch_seconds / BATCH_SIZE * 1e6
+        print(
+            f"| {model_name(run.hidden):<28} | {alone:>11.0f} | {cpu['trioserve']:>9.0f} "
+            f"| {cpu['worker']:>6.0f} | {cpu['generator']:>14.0f} |"
+        )
+    print()
+    print(
+        f"light load: concurrency 1 (at most {args.light_requests} requests or "
+        f"{args.light_duration:g} s) vs one request to the model in-process"
+    )
+    print(
+        "| model                        | model p50 ms | trioserve p50 ms | p90 ms | difference "
+        "| batches: n, mean | errors |"
+    )
+    print(
+        "|------------------------------|-------------:|-----------------:|-------:|-----------:"
+        "|-----------------:|-------:|"
+    )
+    for run in runs:
+        light = run.light
+        batches = (
+            f"{len(light.batches)}, {statistics.fmean(light.batches):.1f}" if light.batches else "-"
+        )
+        print(
+            f"| {model_name(run.hidden):<28} | {run.local.single_median * ms:>12.2f} "
+            f"| {light.median * ms:>16.2f} | {light.quantile(0.90) * ms:>6.2f} "
+            f"| {run.extra_ms:>+7.2f} ms | {batches:>16} | {sum(light.errors.values()):>6} |"
+        )
+    print()
+    for run in runs:
+        print(
+            f"{model_name(run.hidden)}: server / in-process throughput {run.ratio:.1%} "
+            f"(target >= 85%: {verdict(run.ratio >= 0.85 and not run.serving.errors)}); "
+            f"light-load median {run.extra_ms:+.2f} ms over the model's own time "
+            f"(target <= 2 ms: {verdict(run.extra_ms <= 2.0 and not run.light.errors)})"
+        )
+        for load in (run.serving, run.light):
+            if load.batches:
+                print(f"  {load.name} batch sizes: {load.batch_histogram()}")
+            for message, count in load.errors.most_common(5):
+                print(f"  {load.name} error x{count}: {message}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=20000, help="serving phase")
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds, serving phase")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--light-requests", type=int, default=1000)
+    parser.add_argument("--light-duration", type=float, default=10.0)
+    parser.add_argument(
+        "--hidden",
+        type=int,
+        nargs="+",
+        default=[REFERENCE_HIDDEN],
+        help="hidden widths to run (the reference model is 2048; more show how the ratio "
+        "depends on the model's cost per request)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work folders (logs)")
+    args = parser.parse_args(argv)
+
+    os.environ.update(THREAD_ENV)
+    torch.set_num_threads(1)
+    runs = [bench_model(hidden, args) for hidden in args.hidden]
+    report(args, runs)
+    return 0 if not any(run.errors() for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
