@@ -41,7 +41,6 @@ import importlib.util
 import json
 import os
 import platform
-import select
 import shutil
 import signal
 import socket
@@ -58,6 +57,8 @@ from typing import Any
 
 import psutil
 import torch
+
+from trioserve.launch import launch
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "handlers" / "batched"
@@ -193,33 +194,16 @@ def start_server(workdir: Path, store: Path, timeout: float = 120) -> Server:
         f"model_store={store}\nload_models={MODEL_NAME}={MODEL_NAME}.mar\n"
         "default_workers_per_model=1\ndefault_startup_timeout=60\n"
     )
-    read_fd, write_fd = os.pipe()
-    env = {
-        **os.environ,
-        **THREAD_ENV,
-        "TRIOSERVE_BATCH_LOG": str(batch_log),
-        "TRIOSERVE_READY_FD": str(write_fd),
-    }
-    with open(workdir / "server.log", "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trioserve", "start", "--foreground",
-             "--ts-config", str(config)],
-            cwd=workdir, env=env, stdout=log, stderr=log, pass_fds=(write_fd,),
-        )  # fmt: skip
-    os.close(write_fd)
-    report = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while b"\n" not in report and time.monotonic() < deadline:
-            if select.select([read_fd], [], [], 0.1)[0]:
-                chunk = os.read(read_fd, 4096)
-                if not chunk:
-                    break
-                report += chunk
-    finally:
-        os.close(read_fd)
+    launched = launch(
+        [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config", str(config)],
+        log_path=workdir / "server.log",
+        cwd=workdir,
+        env={**os.environ, **THREAD_ENV, "TRIOSERVE_BATCH_LOG": str(batch_log)},
+        timeout=timeout,
+    )
+    process, report = launched.process, "\n".join(launched.report)
     server = Server(workdir, process, port, batch_log)
-    if not report.startswith(b"READY"):
+    if not launched.ready:
         server.stop()
         raise RuntimeError(f"server did not start: {report!r}; see {workdir}/server.log")
     return server

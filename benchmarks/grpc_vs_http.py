@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import platform
-import select
 import shutil
 import signal
 import socket
@@ -39,6 +38,7 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
     PredictionResponse,
     PredictionsRequest,
 )
+from trioserve.launch import launch
 
 REPO = Path(__file__).resolve().parents[1]
 ECHO_HANDLER = REPO / "handlers" / "echo" / "echo_handler.py"
@@ -68,30 +68,6 @@ class Server:
                 self.process.wait(10)
 
 
-def _launch(
-    command: list[str], workdir: Path, timeout: float
-) -> tuple[subprocess.Popen[bytes], str]:
-    read_fd, write_fd = os.pipe()
-    env = {**os.environ, "TRIOSERVE_READY_FD": str(write_fd)}
-    with open(workdir / "server.log", "ab") as log:
-        process = subprocess.Popen(
-            command, cwd=workdir, env=env, stdout=log, stderr=log, pass_fds=(write_fd,)
-        )
-    os.close(write_fd)
-    report = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while b"\n" not in report and time.monotonic() < deadline:
-            if select.select([read_fd], [], [], 0.1)[0]:
-                chunk = os.read(read_fd, 4096)
-                if not chunk:
-                    break
-                report += chunk
-    finally:
-        os.close(read_fd)
-    return process, report.decode()
-
-
 def start_server(workdir: Path, workers: int) -> Server:
     store = workdir / "store"
     store.mkdir()
@@ -114,9 +90,10 @@ def start_server(workdir: Path, workers: int) -> Server:
     )
     command = [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config",
                str(config)]  # fmt: skip
-    process, report = _launch(command, workdir, 60)
-    server = Server(process, http_port, grpc_port, "trioserve start")
-    if not (report.startswith("READY") and "grpc_inference=" in report):
+    launched = launch(command, log_path=workdir / "server.log", cwd=workdir, timeout=60)
+    report = "\n".join(launched.report)
+    server = Server(launched.process, http_port, grpc_port, "trioserve start")
+    if not (launched.ready and "grpc_inference=" in report):
         server.stop()
         raise RuntimeError(f"server did not start: {report!r}; see {workdir}/server.log")
     return server

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,8 +19,8 @@ from pathlib import Path
 
 from trioserve import __version__
 from trioserve.config import CliOptions, ConfigError, ServerConfig, load_config
+from trioserve.launch import READY_FD_ENV, launch
 
-READY_FD_ENV = "TRIOSERVE_READY_FD"
 PID_FILE_ENV = "TRIOSERVE_PID_FILE"
 
 
@@ -148,23 +147,13 @@ def start_background(argv: list[str], log_dir: Path) -> int:
         return 1
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "trioserve.log"
-    read_fd, write_fd = os.pipe()
-    env = dict(os.environ, **{READY_FD_ENV: str(write_fd)})
-    with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trioserve", *argv, "--foreground"],
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=log_file,
-            pass_fds=(write_fd,),
-            env=env,
-            start_new_session=True,
-        )
-    os.close(write_fd)
-    with os.fdopen(read_fd) as pipe:
-        report = pipe.read()  # EOF when the server reported (or died)
-    lines = report.splitlines()
-    if not lines or not lines[0].startswith("READY"):
+    launched = launch(
+        [sys.executable, "-m", "trioserve", *argv, "--foreground"],
+        log_path=log_path,
+        new_session=True,
+    )
+    process, lines = launched.process, launched.report
+    if not launched.ready:
         process.wait(timeout=30)
         why = lines[0].removeprefix("FAILED ") if lines else f"see {log_path}"
         print(f"trioserve failed to start: {why}", file=sys.stderr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -14,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from trioserve.launch import launch
 
 HANDLERS = Path(__file__).parent / "handlers"
 
@@ -123,40 +124,17 @@ class Server:
         }
         config = self.workdir / "config.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        read_fd, write_fd = os.pipe()
-        env = {**os.environ, **self.env, "TRIOSERVE_READY_FD": str(write_fd)}
-        with open(self.workdir / "server.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "trioserve",
-                    "start",
-                    "--foreground",
-                    "--ts-config",
-                    str(config),
-                ],
-                cwd=self.workdir,
-                env=env,
-                stdout=log,
-                stderr=log,
-                pass_fds=(write_fd,),
-            )
-        os.close(write_fd)
-        deadline = time.monotonic() + timeout
-        report = b""
-        try:
-            while b"\n" not in report and time.monotonic() < deadline:
-                ready, _, _ = select.select([read_fd], [], [], 0.1)
-                if ready:
-                    chunk = os.read(read_fd, 4096)
-                    if not chunk:
-                        break
-                    report += chunk
-        finally:
-            os.close(read_fd)
-        text = report.decode()
-        if not text.startswith("READY"):
+        launched = launch(
+            [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config",
+             str(config)],
+            log_path=self.workdir / "server.log",
+            cwd=self.workdir,
+            env={**os.environ, **self.env},
+            timeout=timeout,
+        )  # fmt: skip
+        self.process = launched.process
+        text = "\n".join(launched.report)
+        if not launched.ready:
             self.kill()
             raise RuntimeError(f"server did not start: {text!r}\n{self.log}")
         return text

@@ -76,6 +76,11 @@ def request_too_large(limit: int) -> ServeError:
     )
 
 
+def internal_error(exc: BaseException) -> ServeError:
+    """An exception no code path meant to raise, reported as a 500 that names it."""
+    return ServeError(500, "InternalServerException", f"{type(exc).__name__}: {exc}")
+
+
 def _model_label(name: str, version: str | None) -> str:
     return f'Model "{name}"' if version is None else f'Model "{name}" Version {version}'
 

@@ -87,7 +87,7 @@ def grpc_code(error: ServeError) -> int:
 def unexpected(exc: Exception) -> ServeError:
     """An exception no implementation meant to raise: logged, reported as INTERNAL."""
     log.error("unexpected error in a gRPC method", exc_info=exc)
-    return ServeError(500, "InternalServerException", f"{type(exc).__name__}: {exc}")
+    return errors.internal_error(exc)
 
 
 def message_too_large(size: int, limit: int) -> ServeError:

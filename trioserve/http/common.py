@@ -72,9 +72,7 @@ def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:
         log.exception("unexpected error while handling a request")
-        return error_response(
-            ServeError(500, "InternalServerException", f"{type(error).__name__}: {error}")
-        )
+        return error_response(errors.internal_error(error))
 
 
 def new_app(name: str, max_request_size: int, metrics: ServerMetrics | None = None) -> QuartTrio:

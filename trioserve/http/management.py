@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
@@ -57,7 +58,10 @@ def create_management_app(
     async def token() -> Response:
         if tokens is None:
             raise errors.resource_not_found()
-        tokens.regenerate(request.args.get("type", ""), bearer(request.headers.items()))
+        # Rewriting the key file fsyncs: keep it off the event loop.
+        await trio.to_thread.run_sync(
+            tokens.regenerate, request.args.get("type", ""), bearer(request.headers.items())
+        )
         return Response("\n", status=200, content_type="text/plain")
 
     @app.get("/models")

@@ -204,7 +204,7 @@ async def serve(
         shutdown = trio.Event()
     launcher = launcher or make_launcher(config)
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
-    tokens = create_tokens(config)
+    tokens = await trio.to_thread.run_sync(create_tokens, config)  # writes and fsyncs a file
     metrics = ServerMetrics(mode=config.metrics_mode)
     try:
         async with trio.open_nursery() as root:
