@@ -239,7 +239,15 @@ def test_queue_full_is_503_with_retry_after(make_server) -> None:  # type: ignor
     threads = [threading.Thread(target=call) for _ in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.4)
+
+    def pending() -> int:
+        described = httpx.get(f"{server.management_url}/models/control", timeout=30).json()
+        return int(described[0]["jobQueueStatus"]["pendingRequests"])
+
+    deadline = time.monotonic() + 10
+    while pending() < 1 and time.monotonic() < deadline:  # one running, one queued
+        time.sleep(0.02)
+    assert pending() == 1, f"the second request never queued: {results}\n{server.log}"
     r = httpx.post(f"{server.url}/predictions/control", content=b"x", timeout=30)
     for t in threads:
         t.join()
