@@ -43,7 +43,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -67,12 +66,6 @@ BATCH_SIZE = 16
 NUM_FEATURES = 256
 REFERENCE_HIDDEN = 2048
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- the model ------------------------------------------------------------------------------
@@ -182,14 +175,13 @@ def build_store(workdir: Path, hidden: int) -> Path:
 def start_server(workdir: Path, store: Path, timeout: float = 120) -> Server:
     """``trioserve start --foreground``, as tests/e2e/server.py starts it: every listener on a
     free loopback port, token authorization off, READY reported on a pipe."""
-    port = free_port()
     batch_log = workdir / "batches.log"
     config = workdir / "config.properties"
     config.write_text(
-        f"inference_address=http://127.0.0.1:{port}\n"
-        f"management_address=http://127.0.0.1:{free_port()}\n"
-        f"metrics_address=http://127.0.0.1:{free_port()}\n"
-        f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n"
+        "inference_address=http://127.0.0.1:0\n"
+        "management_address=http://127.0.0.1:0\n"
+        "metrics_address=http://127.0.0.1:0\n"
+        "grpc_inference_port=0\ngrpc_management_port=0\n"
         "disable_token_authorization=true\n"
         f"model_store={store}\nload_models={MODEL_NAME}={MODEL_NAME}.mar\n"
         "default_workers_per_model=1\ndefault_startup_timeout=60\n"
@@ -202,11 +194,10 @@ def start_server(workdir: Path, store: Path, timeout: float = 120) -> Server:
         timeout=timeout,
     )
     process, report = launched.process, "\n".join(launched.report)
-    server = Server(workdir, process, port, batch_log)
     if not launched.ready:
-        server.stop()
+        Server(workdir, process, 0, batch_log).stop()
         raise RuntimeError(f"server did not start: {report!r}; see {workdir}/server.log")
-    return server
+    return Server(workdir, process, launched.port("inference"), batch_log)
 
 
 def batch_sizes(server: Server) -> list[int]:

@@ -22,7 +22,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,12 +42,6 @@ from trioserve.launch import launch
 REPO = Path(__file__).resolve().parents[1]
 ECHO_HANDLER = REPO / "handlers" / "echo" / "echo_handler.py"
 PREDICTIONS = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -76,14 +69,13 @@ def start_server(workdir: Path, workers: int) -> Server:
          "--handler", str(ECHO_HANDLER), "--export-path", str(store), "-f"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
-    http_port, grpc_port = free_port(), free_port()
     config = workdir / "config.properties"
     config.write_text(
-        f"inference_address=http://127.0.0.1:{http_port}\n"
-        f"management_address=http://127.0.0.1:{free_port()}\n"
-        f"metrics_address=http://127.0.0.1:{free_port()}\n"
-        f"grpc_inference_address=127.0.0.1\ngrpc_inference_port={grpc_port}\n"
-        f"grpc_management_address=127.0.0.1\ngrpc_management_port={free_port()}\n"
+        "inference_address=http://127.0.0.1:0\n"
+        "management_address=http://127.0.0.1:0\n"
+        "metrics_address=http://127.0.0.1:0\n"
+        "grpc_inference_address=127.0.0.1\ngrpc_inference_port=0\n"
+        "grpc_management_address=127.0.0.1\ngrpc_management_port=0\n"
         "disable_token_authorization=true\n"
         f"model_store={store}\nload_models=echo=echo.mar\n"
         f"default_workers_per_model={workers}\n"
@@ -92,11 +84,15 @@ def start_server(workdir: Path, workers: int) -> Server:
                str(config)]  # fmt: skip
     launched = launch(command, log_path=workdir / "server.log", cwd=workdir, timeout=60)
     report = "\n".join(launched.report)
-    server = Server(launched.process, http_port, grpc_port, "trioserve start")
     if not (launched.ready and "grpc_inference=" in report):
-        server.stop()
+        Server(launched.process, 0, 0, "trioserve start").stop()
         raise RuntimeError(f"server did not start: {report!r}; see {workdir}/server.log")
-    return server
+    return Server(
+        launched.process,
+        launched.port("inference"),
+        launched.port("grpc_inference"),
+        "trioserve start",
+    )
 
 
 # -- clients --------------------------------------------------------------------------------

@@ -28,6 +28,26 @@ class Launched:
     def ready(self) -> bool:
         return bool(self.report) and self.report[0].startswith("READY")
 
+    @property
+    def bound(self) -> dict[str, list[str]]:
+        """The addresses each API listens on, from the ``READY`` line (empty if not ready).
+
+        These are the real bound addresses, so a server configured with port 0 tells its
+        caller which ports the kernel picked."""
+        if not self.ready:
+            return {}
+        found: dict[str, list[str]] = {}
+        for item in self.report[0].split()[1:]:
+            api, sep, urls = item.partition("=")
+            if sep:
+                found[api] = urls.split(",")
+        return found
+
+    def port(self, api: str) -> int:
+        """The TCP port of ``api``'s first listener (``KeyError`` if it has none)."""
+        url = self.bound[api][0]
+        return int(url.rsplit(":", 1)[1].rstrip("/"))
+
 
 def launch(
     argv: Sequence[str],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,12 +16,6 @@ import psutil
 from trioserve.launch import launch
 
 HANDLERS = Path(__file__).parent / "handlers"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def archive(
@@ -103,17 +96,14 @@ class Server:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def start(self, timeout: float = 60) -> str:
-        self.port = free_port()
-        self.management_port = free_port()
-        self.metrics_port = free_port()
-        self.grpc_inference_port = free_port()
-        self.grpc_management_port = free_port()
+        # Port 0 everywhere: the kernel picks free ports at bind time and the READY report
+        # names them, so no port can be taken between choosing and binding it.
         props = {
-            "inference_address": self.url,
-            "management_address": self.management_url,
-            "metrics_address": self.metrics_url,
-            "grpc_inference_port": str(self.grpc_inference_port),
-            "grpc_management_port": str(self.grpc_management_port),
+            "inference_address": "http://127.0.0.1:0",
+            "management_address": "http://127.0.0.1:0",
+            "metrics_address": "http://127.0.0.1:0",
+            "grpc_inference_port": "0",
+            "grpc_management_port": "0",
             "disable_token_authorization": "false" if self.tokens else "true",
             "model_store": str(self.store),
             "load_models": self.models,
@@ -137,6 +127,16 @@ class Server:
         if not launched.ready:
             self.kill()
             raise RuntimeError(f"server did not start: {text!r}\n{self.log}")
+        # An API that is switched off (enable_metrics_api=false, say) has no listener: port 0.
+        bound = launched.bound
+        apis = ("inference", "management", "metrics", "grpc_inference", "grpc_management")
+        (
+            self.port,
+            self.management_port,
+            self.metrics_port,
+            self.grpc_inference_port,
+            self.grpc_management_port,
+        ) = (launched.port(api) if api in bound else 0 for api in apis)
         return text
 
     def descendants(self) -> list[psutil.Process]:

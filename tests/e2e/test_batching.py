@@ -111,7 +111,9 @@ def test_tensor_inputs_reach_the_handler_as_one_padded_batch(make_server) -> Non
     assert first[0] is not None and first[0].json()["batch"] == [1, 1, 2]
     busy = threading.Thread(target=fire_to, args=(server, "tensor", [b"\0" * 8]))
     busy.start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while len(batch_sizes(server)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the worker is running the "busy" batch
     answers = fire_to(server, "tensor", bodies)
     busy.join()
     for answer, expected in zip(answers, rows.values(), strict=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -208,7 +209,9 @@ def test_client_disconnect_cancels_queued_and_running_requests(server: Server) -
 
     running = threading.Thread(target=doomed, args=(b"sleep:1.8",))
     running.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while not list(markers.glob("started-*")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the handler runs it
     queued = threading.Thread(target=doomed, args=(b"crash",))  # must never run
     queued.start()
     running.join()
@@ -227,27 +230,33 @@ def test_client_disconnect_cancels_queued_and_running_requests(server: Server) -
 def test_queue_full_is_503_with_retry_after(make_server) -> None:  # type: ignore[no-untyped-def]
     server = make_server(properties={"job_queue_size": "1"})
     server.start()
+    markers = server.workdir / "markers"
     results: list[int] = []
 
     def call() -> None:
         results.append(
             httpx.post(
-                f"{server.url}/predictions/control", content=b"sleep:1", timeout=30
+                f"{server.url}/predictions/control", content=b"sleep:1.5", timeout=30
             ).status_code
         )
-
-    threads = [threading.Thread(target=call) for _ in range(2)]
-    for t in threads:
-        t.start()
 
     def pending() -> int:
         described = httpx.get(f"{server.management_url}/models/control", timeout=30).json()
         return int(described[0]["jobQueueStatus"]["pendingRequests"])
 
-    deadline = time.monotonic() + 10
-    while pending() < 1 and time.monotonic() < deadline:  # one running, one queued
-        time.sleep(0.02)
-    assert pending() == 1, f"the second request never queued: {results}\n{server.log}"
+    def wait_for(check, what: str) -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + 10
+        while not check() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert check(), f"{what}: {results}\n{server.log}"
+
+    # One request at a time: the first must be running (its handler has started) before the
+    # second arrives, or both would race for the single queue slot.
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    threads[0].start()
+    wait_for(lambda: any(markers.glob("started-*")), "the first request never started")
+    threads[1].start()
+    wait_for(lambda: pending() == 1, "the second request never queued")
     r = httpx.post(f"{server.url}/predictions/control", content=b"x", timeout=30)
     for t in threads:
         t.join()
@@ -267,7 +276,10 @@ def test_sigterm_drains_in_flight_requests_then_stops_workers(server: Server) ->
         )
     )
     t.start()
-    time.sleep(0.4)
+    markers = server.workdir / "markers"
+    deadline = time.monotonic() + 10
+    while not list(markers.glob("started-*")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the handler runs it
     server.signal(signal.SIGTERM)
     t.join()
     assert result[0].status_code == 200 and result[0].text == "slept"
@@ -300,15 +312,12 @@ def test_sigkill_of_the_server_leaves_no_workers(make_server, state: str) -> Non
 
 
 def test_background_start_and_stop_commands(tmp_path: Path, store: Path) -> None:
-    from .server import free_port
-
-    port = free_port()
     config = tmp_path / "config.properties"
     config.write_text(
-        f"inference_address=http://127.0.0.1:{port}\n"
-        f"management_address=http://127.0.0.1:{free_port()}\n"
-        f"metrics_address=http://127.0.0.1:{free_port()}\n"
-        f"grpc_inference_port={free_port()}\ngrpc_management_port={free_port()}\n"
+        "inference_address=http://127.0.0.1:0\n"
+        "management_address=http://127.0.0.1:0\n"
+        "metrics_address=http://127.0.0.1:0\n"
+        "grpc_inference_port=0\ngrpc_management_port=0\n"
         "disable_token_authorization=true\n"
     )
     env = {
@@ -339,6 +348,10 @@ def test_background_start_and_stop_commands(tmp_path: Path, store: Path) -> None
     )
     assert start.returncode == 0, start.stderr
     assert "trioserve started" in start.stdout
+    # The command prints the bound addresses, so port 0 tells us where it listens.
+    found = re.search(r"inference=http://127\.0\.0\.1:(\d+)", start.stdout)
+    assert found, start.stdout
+    port = int(found[1])
     pid = int((tmp_path / "ts.pid").read_text())
     try:
         r = httpx.post(f"http://127.0.0.1:{port}/predictions/control", content=b"bg", timeout=30)

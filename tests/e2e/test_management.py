@@ -163,7 +163,8 @@ def test_scale_down_drains_a_busy_worker_without_failing_its_request(mgmt: Serve
         ]
         for t in threads:
             t.start()
-        time.sleep(0.4)  # both workers are busy now
+        markers = mgmt.workdir / "markers"
+        wait_for(lambda: len(list(markers.glob("started-*"))) == 2)  # both workers are busy
         r = c.put("/models/control", params={"min_worker": 0, "synchronous": "true"})
         assert r.status_code == 200
         for t in threads:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -68,7 +69,15 @@ def test_counters_move_under_load_and_the_port_needs_no_token(make_server) -> No
 
 def test_metrics_api_can_be_disabled(make_server) -> None:  # type: ignore[no-untyped-def]
     server: Server = make_server(properties={"enable_metrics_api": "false"})
-    server.start()
-    with pytest.raises(httpx.ConnectError):
-        httpx.get(f"{server.metrics_url}/metrics", timeout=5)
+    report = server.start()
+    assert "metrics=" not in report and "inference=" in report
+    assert server.process is not None
+    listening = {
+        c.laddr.port
+        for c in psutil.Process(server.process.pid).net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    expected = {server.port, server.management_port}
+    expected |= {server.grpc_inference_port, server.grpc_management_port}
+    assert listening == expected  # no fifth listener: nothing serves metrics
     assert httpx.get(f"{server.url}/ping", timeout=30).status_code == 200
