@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
 
 import trio
@@ -10,18 +10,20 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from trioserve import __version__
-from trioserve.auth import KeyKind, TokenStore
+from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core.errors import ServeError
+from trioserve.core.http1 import Request
 from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
 from trioserve.http.common import (
     DOC_ROUTES,
     NO_CACHE_HEADERS,
-    error_response,
     install_token_check,
     json_response,
+    json_text,
     new_app,
 )
+from trioserve.http.front import Answer, FastPath
 from trioserve.http.openapi import inference_document
 from trioserve.metrics import ServerMetrics
 from trioserve.runtime.jobs import Job
@@ -30,13 +32,14 @@ from trioserve.runtime.manager import ModelManager
 # Methods TorchServe accepts on prediction routes (everything but OPTIONS).
 PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 # Request headers never shown to handlers.
-HIDDEN_HEADERS = frozenset({"authorization"})
+HIDDEN_HEADERS = frozenset({b"authorization"})
+# Bodies whose fields become the handler's inputs (parsed by Quart).
+FORMS = frozenset({"multipart/form-data", "application/x-www-form-urlencoded"})
 
 
 async def read_params() -> list[Param]:
     """The handler inputs of the current request (spec §2.2)."""
-    mimetype = request.mimetype
-    if mimetype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+    if request.mimetype in FORMS:
         form = await request.form
         params = [Param(k, v.encode()) for k, v in form.items(multi=True)]
         files = await request.files
@@ -46,15 +49,6 @@ async def read_params() -> list[Param]:
     body = await request.get_data(cache=False)
     assert isinstance(body, bytes)
     return [Param("body", body, request.headers.get("Content-Type"))]
-
-
-def forwarded_headers() -> list[tuple[str, str]]:
-    """Request headers with their names as sent, minus credentials."""
-    return [
-        (name.decode("latin-1"), value.decode("latin-1"))
-        for name, value in request.scope["headers"]
-        if name.decode("latin-1").lower() not in HIDDEN_HEADERS
-    ]
 
 
 class ReplyBody:
@@ -93,16 +87,25 @@ class ReplyBody:
         self._job.cancel()
 
 
-def reply_response(reply: Reply, body: bytes | ReplyBody, request_id: str) -> Response:
-    response = Response(body, status=reply.status)
-    del response.headers["Content-Type"]
-    response.headers.update(NO_CACHE_HEADERS)
+def reply_headers(reply: Reply, request_id: str) -> list[tuple[str, str]]:
+    """No-cache headers, then the handler's (replacing any of the same name, in any case)."""
+    merged = {key.lower(): (key, value) for key, value in NO_CACHE_HEADERS.items()}
     for key, value in reply.headers.items():
-        response.headers[key] = value
+        merged[key.lower()] = (key, value)
     if reply.content_type:
-        response.headers["Content-Type"] = reply.content_type
-    response.headers["x-request-id"] = request_id
-    return response
+        merged["content-type"] = ("Content-Type", reply.content_type)
+    merged["x-request-id"] = ("x-request-id", request_id)
+    return list(merged.values())
+
+
+def error_answer(error: ServeError, request_id: str | None = None) -> Answer:
+    """The TorchServe error body; an error closes the connection, as TorchServe's do."""
+    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", "application/json")]
+    if request_id is not None:
+        headers.append(("x-request-id", request_id))
+    if error.retry_after is not None:
+        headers.append(("Retry-After", str(error.retry_after)))
+    return Answer(error.status, headers, json_text(error.body()).encode(), close=True)
 
 
 def _finished(
@@ -118,30 +121,121 @@ def _finished(
     )
 
 
-async def answer(
+async def predict(
     manager: ModelManager, infer: InferenceRequest, metrics: ServerMetrics | None = None
-) -> Response:
-    """Queue the request and turn the job's replies into a response (streamed if needed)."""
+) -> Answer:
+    """Queue the request and turn the job's replies into an answer (streamed if needed)."""
     began = trio.current_time()
     if metrics is not None:
         metrics.request_received(infer.model, infer.version)
     try:
         job = manager.submit(infer)
     except ServeError as error:
-        return error_response(error, infer.request_id)
+        return error_answer(error, infer.request_id)
     replies = job.replies()
     try:
         first, final = await replies.__anext__()
     except ServeError as error:
-        return error_response(error, infer.request_id)
+        return error_answer(error, infer.request_id)
     except BaseException:
         job.cancel()
         raise
+    headers = reply_headers(first, infer.request_id)
+    close = first.status >= 400
     if final:
         _finished(metrics, infer, job, began)
-        return reply_response(first, bytes(first.body), infer.request_id)
+        return Answer(first.status, headers, bytes(first.body), close)
     body = ReplyBody(first, replies, job, partial(_finished, metrics, infer, job, began))
-    return reply_response(first, body, infer.request_id)
+    return Answer(first.status, headers, body, close)
+
+
+def to_response(answer: Answer) -> Response:
+    """An answer as a Quart response (the routes the fast path leaves to Quart)."""
+    response = Response(answer.body, status=answer.status)
+    del response.headers["Content-Type"]
+    for key, value in answer.headers:
+        response.headers.add(key, value)
+    return response
+
+
+def _prediction_headers(
+    headers: Iterable[tuple[bytes, bytes]], explain: bool, rest: str | None
+) -> list[tuple[str, str]]:
+    """Request headers for the handler (names lowercased), minus credentials, plus
+    TorchServe's ``explain`` and ``url_path`` entries."""
+    forwarded = [
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in headers
+        if name.lower() not in HIDDEN_HEADERS
+    ]
+    forwarded.append(("explain", "True" if explain else "False"))
+    if rest is not None:
+        forwarded.append(("url_path", rest))
+    return forwarded
+
+
+def _mimetype(content_type: bytes) -> str:
+    return content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
+
+
+def prediction_route(method: str, path: str) -> tuple[str, str | None, str | None, bool] | None:
+    """``(model, version, rest, explain)`` for a plain predictions/explanations path.
+
+    None for anything the fast path leaves to Quart: other routes and methods, and paths
+    with percent-escapes or empty segments (Quart decodes, merges or refuses those)."""
+    if method not in PREDICT_METHODS or "%" in path:
+        return None
+    if path.startswith("/predictions/"):
+        explain, tail = False, path[13:]
+    elif path.startswith("/explanations/"):
+        explain, tail = True, path[14:]
+    else:
+        return None
+    parts = tail.split("/", 2)
+    if "" in parts:
+        return None
+    model = parts[0]
+    version = parts[1] if len(parts) > 1 else None
+    rest = parts[2] if len(parts) > 2 else None
+    return model, version, rest, explain
+
+
+def fast_path(
+    manager: ModelManager,
+    *,
+    tokens: TokenStore | None = None,
+    metrics: ServerMetrics | None = None,
+) -> FastPath:
+    """Predictions and explanations with a raw body, answered without Quart."""
+
+    async def answer(request: Request) -> Answer | None:
+        route = prediction_route(request.method, request.path)
+        if route is None:
+            return None
+        content_type = request.header(b"content-type")
+        if content_type is not None and _mimetype(content_type) in FORMS:
+            return None  # Quart parses forms
+        if tokens is not None:
+            try:
+                tokens.check(
+                    KeyKind.INFERENCE,
+                    bearer((n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers),
+                )
+            except ServeError as error:
+                return error_answer(error)
+        model, version, rest, explain = route
+        param = Param(
+            "body", request.body, None if content_type is None else content_type.decode("latin-1")
+        )
+        infer = InferenceRequest(
+            model=model,
+            version=version,
+            params=[param],
+            headers=_prediction_headers(request.headers, explain, rest),
+        )
+        return await predict(manager, infer, metrics)
+
+    return answer
 
 
 def create_inference_app(
@@ -160,14 +254,13 @@ def create_inference_app(
             return json_response({"status": "Healthy"})
         return json_response({"status": "Unhealthy"}, status=500)
 
-    async def predict(model: str, version: str | None, rest: str | None, explain: bool) -> Response:
+    async def predict_route(
+        model: str, version: str | None, rest: str | None, explain: bool
+    ) -> Response:
         params = await read_params()
-        headers = forwarded_headers()
-        headers.append(("explain", "True" if explain else "False"))
-        if rest is not None:
-            headers.append(("url_path", rest))
+        headers = _prediction_headers(request.scope["headers"], explain, rest)
         infer = InferenceRequest(model=model, version=version, params=params, headers=headers)
-        return await answer(manager, infer, metrics)
+        return to_response(await predict(manager, infer, metrics))
 
     @app.route("/", methods=["OPTIONS"])
     @app.get("/api-description")
@@ -180,7 +273,7 @@ def create_inference_app(
             async def route(
                 model_name: str, model_version: str | None = None, rest: str | None = None
             ) -> Response:
-                return await predict(model_name, model_version, rest, explain)
+                return await predict_route(model_name, model_version, rest, explain)
 
             route.__name__ = f"{prefix}_route"
             app.add_url_rule(f"/{prefix}/<model_name>", view_func=route, methods=PREDICT_METHODS)

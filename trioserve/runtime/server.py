@@ -36,7 +36,8 @@ from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
 from trioserve.grpc import serve_grpc
-from trioserve.http.inference import create_inference_app
+from trioserve.http.front import FastPath, Front, FrontSettings
+from trioserve.http.inference import create_inference_app, error_answer, fast_path
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
@@ -122,14 +123,16 @@ def build_apps(
     management: ManagementService,
     tokens: TokenStore | None,
     metrics: ServerMetrics,
-) -> list[tuple[str, QuartTrio, Address]]:
-    """Each HTTP API with the address it listens on."""
+) -> list[tuple[str, QuartTrio, Address, FastPath | None]]:
+    """Each HTTP API with the address it listens on, and the fast path that answers its hot
+    routes without Quart (the inference API's predictions), if it has one."""
     limit = config.max_request_size
-    apps = [
+    apps: list[tuple[str, QuartTrio, Address, FastPath | None]] = [
         (
             "inference",
             create_inference_app(manager, max_request_size=limit, tokens=tokens, metrics=metrics),
             config.inference_address,
+            fast_path(manager, tokens=tokens, metrics=metrics),
         ),
         (
             "management",
@@ -137,6 +140,7 @@ def build_apps(
                 management, max_request_size=limit, tokens=tokens, metrics=metrics
             ),
             config.management_address,
+            None,
         ),
     ]
     if config.enable_metrics_api:
@@ -145,9 +149,42 @@ def build_apps(
                 "metrics",
                 create_metrics_app(metrics, max_request_size=limit),
                 config.metrics_address,
+                None,
             )
         )
     return apps
+
+
+def http_service(
+    app: QuartTrio,
+    address: Address,
+    fast: FastPath | None,
+    *,
+    config: ServerConfig,
+    metrics: ServerMetrics,
+    shutdown: trio.Event,
+) -> Callable[..., Awaitable[None]]:
+    """The listener of one HTTP API: trioserve's own HTTP/1.1 server where a fast path
+    answers the hot routes, hypercorn for the others."""
+    if fast is None:
+        return partial(
+            serve_app,
+            app,
+            address,
+            shutdown_trigger=shutdown.wait,
+            graceful_timeout=config.shutdown_grace_seconds,
+        )
+    front = Front(
+        app,
+        fast,
+        FrontSettings(
+            max_request_size=config.max_request_size,
+            graceful_timeout=config.shutdown_grace_seconds,
+        ),
+        error_body=error_answer,
+        on_response=metrics.http_status,
+    )
+    return partial(front.serve, address, shutdown_trigger=shutdown.wait)
 
 
 def downloader(config: ServerConfig) -> Callable[[str], Awaitable[Path]] | None:
@@ -225,14 +262,12 @@ async def serve(
             async with trio.open_nursery() as listeners:
                 bound: dict[str, list[str]] = {}
                 management = management_service(config, manager)
-                for api, app, address in build_apps(config, manager, management, tokens, metrics):
+                for api, app, address, fast in build_apps(
+                    config, manager, management, tokens, metrics
+                ):
                     bound[api] = await listeners.start(
-                        partial(
-                            serve_app,
-                            app,
-                            address,
-                            shutdown_trigger=shutdown.wait,
-                            graceful_timeout=config.shutdown_grace_seconds,
+                        http_service(
+                            app, address, fast, config=config, metrics=metrics, shutdown=shutdown
                         )
                     )
                 bound.update(

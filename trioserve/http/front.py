@@ -1,0 +1,524 @@
+"""trioserve's own HTTP/1.1 server on trio, for the inference port.
+
+Hypercorn and Quart cost about a millisecond of CPU per request, more than a batched model
+spends on one. This server parses requests with :mod:`trioserve.core.http1` and gives each
+one first to a *fast path* (a plain ``async`` function; the inference API's answers
+predictions with it) and otherwise to an ASGI application (the Quart app with every other
+route, and predictions with form bodies). Either way the client sees the same API.
+
+Each connection is one task plus a receiving task. The receiving task reads ahead, so a
+client that closes its connection is noticed while its request runs: the request's cancel
+scope is cancelled (the fast path) or the app receives ``http.disconnect`` (ASGI). Shutdown
+stops accepting, lets requests in flight finish for up to ``graceful_timeout`` seconds and
+closes idle keep-alive connections at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import stat
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import trio
+
+from trioserve.config import Address
+from trioserve.core import errors
+from trioserve.core.errors import ServeError
+from trioserve.core.http1 import (
+    CONTINUE,
+    LAST_CHUNK,
+    HttpError,
+    Request,
+    RequestReader,
+    chunk,
+    no_body,
+    response_head,
+)
+
+log = logging.getLogger("trioserve.http")
+
+_ACCEPT_RETRY = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+
+
+@dataclass(slots=True)
+class Answer:
+    """A response from the fast path: a whole body, or chunks as they come."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes | AsyncIterator[bytes]
+    close: bool = False  # end the connection after it
+
+
+FastPath = Callable[[Request], Awaitable[Answer | None]]
+"""Answers a request, or returns None to hand it to the ASGI app."""
+
+ErrorBody = Callable[[ServeError], Answer]
+
+
+@dataclass
+class FrontSettings:
+    max_request_size: int
+    graceful_timeout: float = 10.0
+    keep_alive_timeout: float = 120.0  # an idle keep-alive connection is closed after this
+    read_timeout: float = 60.0  # a started request must arrive whole within this
+    backlog: int = 1024
+
+
+def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """Headers for the wire; a name or value that could split the head is refused."""
+    out = []
+    for name, value in headers:
+        if "\r" in value or "\n" in value or "\0" in value or not name.isascii():
+            raise ValueError(f"invalid response header {name!r}")
+        out.append((name.encode("ascii"), value.encode("latin-1")))
+    return out
+
+
+class _Connection:
+    def __init__(self, front: Front, stream: trio.SocketStream) -> None:
+        self.front = front
+        self.stream = stream
+        self.reader = RequestReader(max_body_size=front.settings.max_request_size)
+        self.gone = trio.Event()  # the client closed (or broke) its side
+        self.request_scope: trio.CancelScope | None = None
+        self._arrived = trio.Event()
+        self._room = trio.Event()
+        self._read_limit = front.settings.max_request_size + 128 * 1024
+        try:
+            self.client: Any = stream.socket.getpeername()
+            self.server: Any = stream.socket.getsockname()
+        except OSError:
+            self.client = self.server = None
+        if not isinstance(self.client, tuple):
+            self.client = None
+            self.server = None
+
+    def wake(self) -> None:
+        self._arrived.set()
+        self._arrived = trio.Event()
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._receive)
+                try:
+                    await self._serve()
+                finally:
+                    nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away while we were writing
+        finally:
+            with trio.move_on_after(1) as cleanup:
+                cleanup.shield = True
+                await trio.aclose_forcefully(self.stream)
+
+    async def _receive(self) -> None:
+        try:
+            while True:
+                if self.reader.buffered > self._read_limit:
+                    await self._room.wait()  # a pipelining client waits for us
+                    continue
+                data = await self.stream.receive_some(65536)
+                if not data:
+                    break
+                self.reader.feed(data)
+                self.wake()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        self.gone.set()
+        if self.request_scope is not None:
+            self.request_scope.cancel()
+        self.wake()
+
+    async def _next_request(self) -> Request | None:
+        settings = self.front.settings
+        idle_deadline = trio.current_time() + settings.keep_alive_timeout
+        read_deadline: float | None = None
+        while True:
+            request = self.reader.next_request()
+            if request is not None:
+                self._room.set()
+                self._room = trio.Event()
+                return request
+            started = self.reader.started
+            if self.gone.is_set() or (self.front.draining and not started):
+                return None
+            if started and read_deadline is None:
+                read_deadline = trio.current_time() + settings.read_timeout
+            if self.reader.wants_continue():
+                await self.send(CONTINUE)
+            arrived = self._arrived
+            with trio.move_on_at(idle_deadline if read_deadline is None else read_deadline):
+                await arrived.wait()
+                continue
+            if read_deadline is None:
+                return None  # idle for too long: close quietly
+            raise HttpError(408, "the request did not arrive in time")
+
+    async def _serve(self) -> None:
+        front = self.front
+        while True:
+            try:
+                request = await self._next_request()
+            except HttpError as error:
+                await self._send_error(error)
+                return
+            if request is None:
+                return
+            keep = request.keep_alive
+            with trio.CancelScope() as scope:
+                self.request_scope = scope
+                if self.gone.is_set():
+                    scope.cancel()
+                keep = await front.dispatch(self, request, keep)
+            self.request_scope = None
+            if scope.cancelled_caught or not keep or self.gone.is_set() or front.draining:
+                return
+
+    async def _send_error(self, error: HttpError) -> None:
+        if error.status == 413:
+            serve_error = errors.request_too_large(self.front.settings.max_request_size)
+        else:
+            kind = "BadRequestException" if error.status < 500 else "InternalServerException"
+            serve_error = ServeError(error.status, kind, error.message)
+        answer = self.front.error_body(serve_error)
+        await self.front.write_answer(self, "GET", "1.1", answer, keep_alive=False)
+
+
+@dataclass
+class Front:
+    """Serves one address: the fast path first, the ASGI app for everything else."""
+
+    app: Any  # an ASGI 3 application
+    fast_path: FastPath | None
+    settings: FrontSettings
+    error_body: ErrorBody
+    on_response: Callable[[int], None] | None = None  # called for answers not from the app
+    draining: bool = False
+    _connections: set[_Connection] = field(default_factory=set)
+
+    # -- serving --------------------------------------------------------------------------
+
+    async def serve(
+        self,
+        address: Address,
+        *,
+        shutdown_trigger: Callable[[], Awaitable[None]],
+        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        if address.is_tls:
+            raise ValueError(f"{address.url()}: TLS listeners are not supported yet")
+        listeners, bound = await _open_listeners(address, self.settings.backlog)
+        try:
+            async with trio.open_nursery() as outer:
+                lifespan = _Lifespan(self.app)
+                await outer.start(lifespan.run)
+                async with trio.open_nursery() as connections:
+                    async with trio.open_nursery() as acceptors:
+                        for listener in listeners:
+                            acceptors.start_soon(self._accept, listener, connections)
+                        task_status.started(bound)
+                        await shutdown_trigger()
+                        acceptors.cancel_scope.cancel()
+                    for listener in listeners:
+                        await listener.aclose()
+                    self.draining = True
+                    for connection in list(self._connections):
+                        connection.wake()  # idle ones close now
+                    connections.cancel_scope.deadline = (
+                        trio.current_time() + self.settings.graceful_timeout
+                    )
+                await lifespan.shutdown()
+        finally:
+            for listener in listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            if address.is_unix and address.path:
+                _remove_socket_file(address.path)
+
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_RETRY:
+                    raise
+                log.error("accept failed (%s); retrying shortly", os.strerror(exc.errno))
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(self._connection, stream)
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        connection = _Connection(self, stream)
+        self._connections.add(connection)
+        try:
+            await connection.run()
+        finally:
+            self._connections.discard(connection)
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def dispatch(self, connection: _Connection, request: Request, keep_alive: bool) -> bool:
+        """Answer one request; True if the connection may carry another."""
+        answer: Answer | None = None
+        if self.fast_path is not None:
+            try:
+                answer = await self.fast_path(request)
+            except Exception as exc:
+                log.exception("unexpected error while handling a request")
+                answer = self.error_body(errors.internal_error(exc))
+        if answer is None:
+            return await _Asgi(self, connection, request, keep_alive).run()
+        return await self.write_answer(
+            connection, request.method, request.http_version, answer, keep_alive=keep_alive
+        )
+
+    async def write_answer(
+        self,
+        connection: _Connection,
+        method: str,
+        http_version: str,
+        answer: Answer,
+        *,
+        keep_alive: bool,
+    ) -> bool:
+        keep = keep_alive and not answer.close and not self.draining
+        try:
+            headers = encode_headers(answer.headers)
+        except ValueError as exc:
+            log.error("refusing a response: %s", exc)
+            await _close_body(answer.body)
+            answer = self.error_body(errors.internal_error(exc))
+            headers, keep = encode_headers(answer.headers), False
+        if self.on_response is not None:
+            self.on_response(answer.status)
+        status, body = answer.status, answer.body
+        if isinstance(body, bytes):
+            if no_body(status, method):
+                await connection.send(response_head(status, headers, length=0, keep_alive=keep))
+            else:
+                head = response_head(status, headers, length=len(body), keep_alive=keep)
+                await connection.send(head + body)
+            return keep
+        try:
+            chunked = http_version == "1.1"
+            keep = keep and chunked  # an HTTP/1.0 client reads the body until we close
+            head = response_head(status, headers, length=None if chunked else -1, keep_alive=keep)
+            await connection.send(head)
+            async for piece in body:
+                await connection.send(chunk(piece) if chunked else piece)
+            if chunked:
+                await connection.send(LAST_CHUNK)
+        finally:
+            await _close_body(body)
+        return keep
+
+
+async def _close_body(body: bytes | AsyncIterator[bytes]) -> None:
+    aclose = getattr(body, "aclose", None)
+    if aclose is not None:
+        with trio.CancelScope(shield=True):
+            await aclose()
+
+
+# -- ASGI --------------------------------------------------------------------------------------
+
+
+class _Asgi:
+    """One request run through the ASGI app."""
+
+    def __init__(
+        self, front: Front, connection: _Connection, request: Request, keep_alive: bool
+    ) -> None:
+        self.front = front
+        self.connection = connection
+        self.request = request
+        self.keep = keep_alive and not front.draining
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.length: int | None = None
+        self.chunked = False
+        self.started = False  # the head is on the wire
+        self.finished = False
+        self.body_read = False
+
+    def scope(self) -> dict[str, Any]:
+        request, connection = self.request, self.connection
+        path = request.path
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": request.http_version,
+            "method": request.method,
+            "scheme": "http",
+            "path": unquote(path),
+            "raw_path": path.encode("ascii"),
+            "query_string": request.query.encode("ascii"),
+            "root_path": "",
+            "headers": request.headers,
+            "client": connection.client,
+            "server": connection.server,
+            "extensions": {},
+        }
+
+    async def run(self) -> bool:
+        try:
+            await self.front.app(self.scope(), self.receive, self.send)
+        except Exception as exc:
+            log.exception("unexpected error in the ASGI application")
+            if not self.status:
+                answer = self.front.error_body(errors.internal_error(exc))
+                return await self.front.write_answer(
+                    self.connection, "GET", "1.1", answer, keep_alive=False
+                )
+            return False
+        if not self.status:
+            answer = self.front.error_body(
+                errors.internal_error(RuntimeError("the application sent no response"))
+            )
+            return await self.front.write_answer(
+                self.connection, "GET", "1.1", answer, keep_alive=False
+            )
+        return self.keep and self.finished
+
+    async def receive(self) -> dict[str, Any]:
+        if not self.body_read:
+            self.body_read = True
+            return {"type": "http.request", "body": self.request.body, "more_body": False}
+        await self.connection.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.status:
+                raise RuntimeError("http.response.start sent twice")
+            self.status = int(message["status"])
+            for name, value in message.get("headers", ()):
+                name = bytes(name).lower()
+                value = bytes(value)
+                if name == b"content-length":
+                    self.length = int(value)
+                elif name == b"connection":
+                    if b"close" in value.lower():
+                        self.keep = False
+                elif name != b"transfer-encoding":
+                    self.headers.append((name, value))
+        elif kind == "http.response.body":
+            if not self.status or self.finished:
+                raise RuntimeError("http.response.body out of order")
+            await self._body(bytes(message.get("body", b"")), bool(message.get("more_body")))
+
+    async def _body(self, body: bytes, more: bool) -> None:
+        send = self.connection.send
+        skip = no_body(self.status, self.request.method)
+        if not self.started:
+            self.started = True
+            if not more and self.length is None:
+                self.length = 0 if skip else len(body)
+            if self.length is None:
+                self.chunked = self.request.http_version == "1.1"
+                self.keep = self.keep and self.chunked
+            framing = self.length if self.length is not None else (None if self.chunked else -1)
+            head = response_head(self.status, self.headers, length=framing, keep_alive=self.keep)
+            await send(head if skip else head + (chunk(body) if self.chunked else body))
+        elif not skip and body:
+            await send(chunk(body) if self.chunked else body)
+        if not more:
+            self.finished = True
+            if self.chunked and not skip:
+                await send(LAST_CHUNK)
+
+
+class _Lifespan:
+    """The ASGI lifespan protocol: startup before serving, shutdown after."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._events: trio.MemorySendChannel[dict[str, Any]] | None = None
+        self._started = trio.Event()
+        self._stopped = trio.Event()
+        self._failure: str | None = None
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        send_channel, receive_channel = trio.open_memory_channel[dict[str, Any]](2)
+        self._events = send_channel
+        await send_channel.send({"type": "lifespan.startup"})
+
+        async def receive() -> dict[str, Any]:
+            return await receive_channel.receive()
+
+        async def send(message: dict[str, Any]) -> None:
+            kind = message["type"]
+            if kind == "lifespan.startup.complete":
+                self._started.set()
+            elif kind == "lifespan.startup.failed":
+                self._failure = str(message.get("message", ""))
+                self._started.set()
+            elif kind == "lifespan.shutdown.complete":
+                self._stopped.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._call, receive, send)
+            await self._started.wait()
+            if self._failure is not None:
+                raise RuntimeError(f"the application failed to start: {self._failure}")
+            task_status.started()
+
+    async def _call(self, receive: Any, send: Any) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.3"}}
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._started.set()
+            self._stopped.set()
+
+    async def shutdown(self) -> None:
+        assert self._events is not None, "shutdown before run"
+        await self._events.send({"type": "lifespan.shutdown"})
+        await self._stopped.wait()
+
+
+# -- listeners ---------------------------------------------------------------------------------
+
+
+async def _open_listeners(
+    address: Address, backlog: int
+) -> tuple[list[trio.SocketListener], list[str]]:
+    if address.is_unix:
+        assert address.path is not None
+        _remove_socket_file(address.path)
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            await sock.bind(address.path)
+            sock.listen(backlog)
+        except BaseException:
+            sock.close()
+            raise
+        return [trio.SocketListener(sock)], [f"unix:{address.path}"]
+    listeners = await trio.open_tcp_listeners(address.port, host=address.host, backlog=backlog)
+    bound = []
+    for listener in listeners:
+        host, port = listener.socket.getsockname()[:2]
+        bound.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+    return listeners, bound
+
+
+def _remove_socket_file(path: str) -> None:
+    """A stale socket file from an earlier run (never any other kind of file)."""
+    try:
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
