@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 
 import trio
@@ -54,17 +54,11 @@ async def read_params() -> list[Param]:
 class ReplyBody:
     """The streamed body of a job whose handler sends intermediate responses."""
 
-    def __init__(
-        self,
-        first: Reply,
-        rest: AsyncIterator[tuple[Reply, bool]],
-        job: Job,
-        on_final: Callable[[], None],
-    ) -> None:
+    def __init__(self, first: Reply, job: Job, on_final: Callable[[], None]) -> None:
         self._first: Reply | None = first
-        self._rest = rest
         self._job = job
         self._on_final = on_final
+        self._done = False
 
     def __aiter__(self) -> ReplyBody:
         return self
@@ -73,13 +67,19 @@ class ReplyBody:
         if self._first is not None:
             body, self._first = bytes(self._first.body), None
             return body
+        if self._done:
+            raise StopAsyncIteration
         try:
-            reply, final = await self._rest.__anext__()
+            reply, final = await self._job.next_reply()
         except ServeError as error:
             # Headers are gone already: end the stream with the error text as the last chunk.
+            self._done = True
             self._job.cancel()
             return f"\n{error.status} {error.message}".encode()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
         if final:
+            self._done = True
             self._on_final()
         return bytes(reply.body)
 
@@ -132,9 +132,8 @@ async def predict(
         job = manager.submit(infer)
     except ServeError as error:
         return error_answer(error, infer.request_id)
-    replies = job.replies()
     try:
-        first, final = await replies.__anext__()
+        first, final = await job.next_reply()
     except ServeError as error:
         return error_answer(error, infer.request_id)
     except BaseException:
@@ -145,7 +144,7 @@ async def predict(
     if final:
         _finished(metrics, infer, job, began)
         return Answer(first.status, headers, bytes(first.body), close)
-    body = ReplyBody(first, replies, job, partial(_finished, metrics, infer, job, began))
+    body = ReplyBody(first, job, partial(_finished, metrics, infer, job, began))
     return Answer(first.status, headers, body, close)
 
 

@@ -34,8 +34,8 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -120,15 +120,24 @@ class _Family:
     name: str
     spec: MetricSpec
     metric: Counter | Gauge | Histogram
+    # prometheus_client's labels() validates and locks on every call; requests update the
+    # same few label sets over and over, so each child's update method is kept.
+    _children: dict[tuple[str, ...], Callable[[float], None]] = field(default_factory=dict)
 
     def update(self, labels: Mapping[str, str], value: float) -> None:
-        child = self.metric.labels(*(labels[n] for n in self.spec.labels))
-        if isinstance(child, Counter):
-            child.inc(value)
-        elif isinstance(child, Gauge):
-            child.set(value)
-        else:
-            child.observe(value)
+        key = tuple(labels[n] for n in self.spec.labels)
+        apply = self._children.get(key)
+        if apply is None:
+            child = self.metric.labels(*key)
+            if isinstance(child, Counter):
+                apply = child.inc
+            elif isinstance(child, Gauge):
+                apply = child.set
+            else:
+                apply = child.observe
+            if len(self._children) < 10_000:
+                self._children[key] = apply
+        apply(value)
 
 
 def _without_created(metrics: Iterable[Metric]) -> Iterator[Metric]:

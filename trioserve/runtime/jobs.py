@@ -11,7 +11,7 @@ ends exactly once.
 from __future__ import annotations
 
 import enum
-import math
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 import trio
@@ -32,10 +32,12 @@ class Job:
     """One request travelling from an adapter to a worker and back."""
 
     __slots__ = (
+        "_closed",
+        "_ended",
+        "_items",
         "_on_cancel",
-        "_recv",
         "_remove",
-        "_send",
+        "_waiter",
         "enqueued_at",
         "request",
         "started_at",
@@ -47,9 +49,12 @@ class Job:
         self.state = JobState.QUEUED
         self.enqueued_at = trio.current_time()
         self.started_at: float | None = None
-        # Unbounded: a worker never blocks on a slow client; the stream for one job is
-        # bounded by what its handler sends.
-        self._send, self._recv = trio.open_memory_channel[tuple[Reply, bool] | ServeError](math.inf)
+        # Replies not yet read. Unbounded: a worker never blocks on a slow client; what one
+        # job holds is bounded by what its handler sends.
+        self._items: deque[tuple[Reply, bool] | ServeError] = deque()
+        self._waiter: trio.Event | None = None  # set when an item arrives or the job ends
+        self._ended = False  # no more items will come
+        self._closed = False  # the adapter is gone: items are dropped
         self._remove: Callable[[Job], None] | None = None
         self._on_cancel: Callable[[Job], None] | None = None
 
@@ -81,35 +86,61 @@ class Job:
     def deliver(self, reply: Reply, *, final: bool) -> None:
         if self.state is not JobState.RUNNING:
             return
-        try:
-            self._send.send_nowait((reply, final))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
+        self._push((reply, final))
         if final:
             self._end(JobState.DONE)
 
     def fail(self, error: ServeError) -> None:
         if self.state in (JobState.DONE, JobState.CANCELLED):
             return
-        try:
-            self._send.send_nowait(error)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+        self._push(error)
         self._end(JobState.DONE)
+
+    def _push(self, item: tuple[Reply, bool] | ServeError) -> None:
+        if self._closed or self._ended:
+            return
+        self._items.append(item)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.set()
 
     def _end(self, state: JobState) -> None:
         self.state = state
         self._on_cancel = None
         self._remove = None
-        self._send.close()
+        self._ended = True
+        self._wake()
 
     # -- adapter side ------------------------------------------------------------------
 
+    async def next_reply(self) -> tuple[Reply, bool]:
+        """The next reply with its ``final`` flag; raises the job's error if it failed,
+        ``trio.EndOfChannel`` after the final one and ``trio.ClosedResourceError`` once the
+        adapter has cancelled the job."""
+        while not self._items:
+            if self._closed:
+                raise trio.ClosedResourceError("the job was cancelled")
+            if self._ended:
+                raise trio.EndOfChannel
+            waiter = self._waiter = trio.Event()
+            await waiter.wait()
+        if self._closed:
+            raise trio.ClosedResourceError("the job was cancelled")
+        item = self._items.popleft()
+        if isinstance(item, ServeError):
+            raise item
+        return item
+
     async def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
         """Each reply with its ``final`` flag; raises the job's error if it failed."""
-        async for item in self._recv:
-            if isinstance(item, ServeError):
-                raise item
+        while True:
+            try:
+                item = await self.next_reply()
+            except trio.EndOfChannel:
+                return
             yield item
             if item[1]:
                 return
@@ -122,4 +153,6 @@ class Job:
             self._on_cancel(self)
         if self.state in (JobState.QUEUED, JobState.RUNNING):
             self._end(JobState.CANCELLED)
-        self._recv.close()
+        self._closed = True
+        self._items.clear()
+        self._wake()
