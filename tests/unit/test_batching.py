@@ -62,6 +62,54 @@ def test_full_batch_goes_at_once_even_with_batches_in_flight() -> None:
     assert policy.queued() == ["d"]
 
 
+def test_a_busy_worker_that_offers_takes_only_a_full_batch_behind() -> None:
+    policy = make(batch_size=3, max_delay=0.5)
+    policy.submit("a", 0.0)
+    assert policy.poll(0.0) == [Dispatch("w0", ("a",), Reason.IDLE)]
+    policy.worker_prefetch("w0")
+    for name in "bc":
+        policy.submit(name, 0.1)
+    assert policy.poll(1.0) == []  # partial: it waits for the worker (or to fill up)
+    assert policy.next_wakeup(1.0) is None
+    policy.submit("d", 1.0)
+    assert policy.next_wakeup(1.0) == 1.0
+    assert policy.poll(1.0) == [Dispatch("w0", ("b", "c", "d"), Reason.FULL)]
+    policy.submit("e", 1.1)
+    policy.submit("f", 1.1)
+    policy.submit("g", 1.1)
+    assert policy.poll(1.2) == []  # one batch behind at most: the offer was used
+    policy.worker_prefetch("w0")
+    assert policy.poll(1.2) == [Dispatch("w0", ("e", "f", "g"), Reason.FULL)]
+    policy.requeue("w0")  # the batch behind never reached the worker
+    assert policy.queued() == ["e", "f", "g"]
+
+
+def test_idle_workers_are_served_before_prefetch_offers() -> None:
+    policy = make(batch_size=2, max_delay=10.0, workers=2)
+    policy.submit("a", 0.0)
+    assert policy.poll(0.0) == [Dispatch("w0", ("a",), Reason.IDLE)]
+    policy.worker_prefetch("w0")
+    for name in "bcde":
+        policy.submit(name, 0.1)
+    assert policy.poll(0.1) == [
+        Dispatch("w1", ("b", "c"), Reason.FULL),
+        Dispatch("w0", ("d", "e"), Reason.FULL),
+    ]
+    with pytest.raises(ValueError, match="not busy"):
+        policy.worker_prefetch("w2")
+
+
+def test_an_offer_ends_when_the_worker_changes_state() -> None:
+    policy = make(batch_size=2, max_delay=10.0)
+    policy.submit("a", 0.0)
+    policy.poll(0.0)
+    policy.worker_prefetch("w0")
+    policy.worker_busy("w0")  # e.g. stopping: it no longer wants a batch behind
+    for name in "bc":
+        policy.submit(name, 0.1)
+    assert policy.poll(0.1) == []
+
+
 def test_partial_batch_waits_for_the_window_when_half_the_workers_are_busy() -> None:
     policy = make(batch_size=4, max_delay=0.5, workers=2)
     policy.submit("a", 0.0)
@@ -370,7 +418,9 @@ class PolicyMachine(RuleBasedStateMachine):
         self.queue: list[int] = []
         self.idle: list[str] = []  # longest idle first
         self.busy: set[str] = set()
-        self.inflight: dict[str, list[int]] = {}
+        self.prefetch: list[str] = []  # busy workers offering to take a full batch behind
+        self.inflight: dict[str, list[int]] = {}  # every item each worker holds
+        self.last: dict[str, list[int]] = {}  # the batch each worker got last (requeue)
 
     @initialize(
         batch_size=st.integers(1, 5),
@@ -417,6 +467,9 @@ class PolicyMachine(RuleBasedStateMachine):
     def finish(self, worker: str) -> None:
         for item in self.inflight.pop(worker, []):
             self.state[item] = St.DONE
+        self.last.pop(worker, None)
+        if worker in self.prefetch:
+            self.prefetch.remove(worker)
 
     # -- the policy under test -----------------------------------------------------------
 
@@ -433,12 +486,18 @@ class PolicyMachine(RuleBasedStateMachine):
                 self.state[item] = St.EXPIRED
         for decision in rest:
             assert isinstance(decision, Dispatch), decision
-            assert decision.reason is self.expected_reason(now)
-            event(f"dispatch {decision.reason.value}")
-            assert decision.worker == self.idle[0], "not to the worker idle longest"
+            behind = not self.idle  # idle workers are served first, then prefetch offers
+            if behind:
+                assert decision.worker == self.prefetch[0], "not to the oldest prefetch offer"
+                assert decision.reason is Reason.FULL
+                event("dispatch behind")
+            else:
+                assert decision.reason is self.expected_reason(now)
+                event(f"dispatch {decision.reason.value}")
+                assert decision.worker == self.idle[0], "not to the worker idle longest"
             size = len(decision.items)
             assert 1 <= size <= self.batch_size
-            assert size == min(self.batch_size, len(self.queue))
+            assert size == (self.batch_size if behind else min(self.batch_size, len(self.queue)))
             assert list(decision.items) == self.queue[:size], "not FIFO"
             for item in decision.items:
                 assert self.state[item] is St.QUEUED
@@ -446,12 +505,18 @@ class PolicyMachine(RuleBasedStateMachine):
                 assert deadline is None or deadline >= now, "expired item dispatched"
                 self.state[item] = St.INFLIGHT
             del self.queue[:size]
-            self.idle.pop(0)
-            self.busy.add(decision.worker)
-            self.inflight[decision.worker] = list(decision.items)
+            if behind:
+                self.prefetch.pop(0)
+            else:
+                self.idle.pop(0)
+                self.busy.add(decision.worker)
+            self.inflight.setdefault(decision.worker, []).extend(decision.items)
+            self.last[decision.worker] = list(decision.items)
         # Nothing is left due: with an idle worker the queue is short, the workers are
-        # mostly busy, the window is open and no deadline has come.
+        # mostly busy, the window is open and no deadline has come; no full batch waits
+        # beside a prefetch offer.
         assert self.expected_reason(now) is None
+        assert not (self.prefetch and len(self.queue) >= self.batch_size)
         assert all((d := self.deadline(i)) is None or d >= now for i in self.queue)
         return list(decisions)
 
@@ -520,7 +585,20 @@ class PolicyMachine(RuleBasedStateMachine):
         self.policy.worker_busy(worker)
         if worker in self.idle:
             self.idle.remove(worker)
+        if worker in self.prefetch:
+            self.prefetch.remove(worker)
         self.busy.add(worker)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def worker_prefetch(self, worker: str) -> None:
+        if worker not in self.busy:
+            with pytest.raises(ValueError, match="not busy"):
+                self.policy.worker_prefetch(worker)
+            return
+        self.policy.worker_prefetch(worker)
+        event("prefetch offered")
+        if worker not in self.prefetch:
+            self.prefetch.append(worker)
 
     @rule(worker=st.sampled_from(WORKERS))
     def worker_gone(self, worker: str) -> None:
@@ -533,11 +611,11 @@ class PolicyMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def requeue(self, data: st.DataObject) -> None:
         worker = data.draw(st.sampled_from(WORKERS), label="worker")
-        if worker not in self.inflight:
+        if worker not in self.last:
             with pytest.raises(ValueError, match="no batch"):
                 self.policy.requeue(worker)
             return
-        batch = self.inflight[worker]
+        batch = self.last.pop(worker)
         chosen = data.draw(
             st.none()
             | st.permutations(batch).flatmap(
@@ -549,7 +627,9 @@ class PolicyMachine(RuleBasedStateMachine):
         back = batch if chosen is None else chosen
         for item in batch:
             self.state[item] = St.QUEUED if item in back else St.DONE
-        del self.inflight[worker]
+            self.inflight[worker].remove(item)
+        if not self.inflight[worker]:
+            del self.inflight[worker]
         self.queue = sorted(self.queue + list(back))
 
     @rule()

@@ -7,6 +7,7 @@ events and a time ``now`` (``trio.current_time()``), and acts on the decisions i
     policy.submit(job, now, deadline)      # may raise QueueFull
     policy.cancel(job)                     # the client went away; True if it was still queued
     policy.worker_idle(w) / worker_busy(w) / worker_gone(w)
+    policy.worker_prefetch(w)              # busy w takes one more batch behind, if full
     policy.requeue(w, jobs)                # a dispatched batch never reached its worker
 
     for decision in policy.poll(now):      # after every event, and at every wake-up
@@ -34,6 +35,13 @@ c. ``WINDOW`` -- otherwise, once the oldest queued item has waited ``max_delay``
    submitted: all that is queued;
 d. ``DEADLINE`` -- otherwise, once a queued item's deadline has come: all that is queued,
    rather than let that item expire beside an idle worker.
+
+e. ``FULL`` behind -- when no idle worker is left and ``batch_size`` items are queued, a busy
+   worker that offered to (``worker_prefetch``) takes that full batch behind the one it runs.
+   The worker then starts it the moment it finishes the current one, instead of idling while
+   the driver hears of the finish, forms the next batch and sends it (on a loaded CPU that
+   round trip costs as much as a small model's batch). Only full batches: a partial batch
+   queued behind a busy worker would only wait there instead of growing.
 
 An item's ``deadline`` is the latest time it may still be dispatched. An item still queued
 after its deadline (all workers were busy) is returned in an ``Expire`` decision and never
@@ -173,6 +181,8 @@ class BatchPolicy(Generic[T, W]):
         # Idle workers, longest idle first; busy workers; the batch each one was sent.
         self._idle: OrderedDict[W, None] = OrderedDict()
         self._busy: set[W] = set()
+        # Busy workers that will take one more batch behind the one they run, if it is full.
+        self._prefetch: OrderedDict[W, None] = OrderedDict()
         self._inflight: dict[W, list[_Entry[T]]] = {}
         self._seq = 0
         self._now = -math.inf
@@ -246,6 +256,7 @@ class BatchPolicy(Generic[T, W]):
     def worker_idle(self, worker: W) -> None:
         """``worker`` can take a batch: a new worker, or its batch is finished."""
         self._busy.discard(worker)
+        self._prefetch.pop(worker, None)
         self._inflight.pop(worker, None)
         if worker not in self._idle:
             self._idle[worker] = None
@@ -253,13 +264,24 @@ class BatchPolicy(Generic[T, W]):
     def worker_busy(self, worker: W) -> None:
         """``worker`` serves but cannot take a batch now (it counts as busy)."""
         self._idle.pop(worker, None)
+        self._prefetch.pop(worker, None)
         self._busy.add(worker)
+
+    def worker_prefetch(self, worker: W) -> None:
+        """Busy ``worker`` will queue one more batch behind the one it runs, so that it never
+        waits for the driver between batches -- but only a full batch: a partial one is
+        better left to grow (or to go to a worker that becomes idle). The offer holds until
+        a batch is dispatched to it or the worker's state changes (idle, busy, gone)."""
+        if worker not in self._busy:
+            raise ValueError(f"{worker!r} is not busy: an idle worker takes batches anyway")
+        self._prefetch[worker] = None
 
     def worker_gone(self, worker: W) -> None:
         """``worker`` no longer serves (stopped, died, restarting): forget it and its batch.
         A worker that is starting or backing off should be gone, not busy."""
         self._idle.pop(worker, None)
         self._busy.discard(worker)
+        self._prefetch.pop(worker, None)
         self._inflight.pop(worker, None)
 
     def requeue(self, worker: W, items: Iterable[T] | None = None) -> None:
@@ -322,6 +344,12 @@ class BatchPolicy(Generic[T, W]):
             self._busy.add(worker)
             self._inflight[worker] = entries
             decisions.append(Dispatch(worker, tuple(entry.item for entry in entries), reason))
+        while self._prefetch and len(self._queue) >= self._batch_size:
+            # Every idle worker has been served first; a busy one takes a full batch behind.
+            entries = [self._queue.popitem(last=False)[1] for _ in range(self._batch_size)]
+            worker, _ = self._prefetch.popitem(last=False)
+            self._inflight[worker] = entries
+            decisions.append(Dispatch(worker, tuple(entry.item for entry in entries), Reason.FULL))
         return decisions
 
     def next_wakeup(self, now: float) -> float | None:
@@ -335,6 +363,8 @@ class BatchPolicy(Generic[T, W]):
         if deadline is not None:
             # Expiry happens strictly after the deadline: the next float.
             earliest = math.nextafter(deadline, math.inf)
+        if self._prefetch and len(self._queue) >= self._batch_size:
+            return now
         if self._idle and self._queue:
             if len(self._queue) >= self._batch_size or self._spare_workers():
                 return now
