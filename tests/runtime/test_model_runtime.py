@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from trioserve.runtime.jobs import JobState
 from trioserve.runtime.model import ModelVersion, PoolSettings
 from trioserve.runtime.worker import WorkerSettings, WorkerState
 
-from .fakes import FakeLauncher, FakeProcess
+from .fakes import Behaviour, FakeLauncher, FakeProcess
 
 
 def settings(
@@ -374,4 +375,106 @@ async def test_a_crash_mid_batch_fails_exactly_that_batch() -> None:
         assert outcomes["a"] == 507
         assert [outcomes[n] for n in ("b", "c", "d")] == [b"ok", b"ok", b"ok"]
         assert [len(b) for b in launcher.batches] == [1, 3]
+        nursery.cancel_scope.cancel()
+
+
+def prefetching_pool() -> PoolSettings:
+    base = pool()
+    return dataclasses.replace(base, worker=dataclasses.replace(base.worker, prefetch=True))
+
+
+def sequential(behaviour: Behaviour) -> Behaviour:
+    """Batches one after the other, as a real worker runs them."""
+    lock = trio.Lock()
+
+    async def run(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        async with lock:
+            await behaviour(proc, batch_id, items)
+
+    return run
+
+
+async def test_a_full_batch_waits_behind_the_running_one_on_the_worker() -> None:
+    release = trio.Event()
+
+    async def slow_echo(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await release.wait()
+        replies = [Reply(i.request_id, bytes(i.params[0].value)) for i in items]
+        await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
+
+    launcher = FakeLauncher(behaviour=sequential(slow_echo))
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(
+            settings(1, queue=20, batch_size=2, delay_ms=10_000), prefetching_pool(), launcher
+        )
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        results: list[bytes] = []
+
+        async def client(i: int) -> None:
+            results.append(await result(model, str(i)))
+
+        for i in range(6):
+            nursery.start_soon(client, i)
+            await trio.testing.wait_all_tasks_blocked()
+        # [0] runs; [1, 2] is full and already sent behind it; [3, 4] and [5] wait here
+        assert launcher.batches == [[*ids(launcher)[:1]], ids(launcher)[1:3]]
+        assert len(model.queue) == 3
+        release.set()
+        with trio.fail_after(5):
+            while len(results) < 6:
+                await trio.sleep(0.01)
+        assert [len(b) for b in launcher.batches] == [1, 2, 2, 1]
+        assert sorted(results) == sorted(str(i).encode() for i in range(6))
+        nursery.cancel_scope.cancel()
+
+
+def ids(launcher: FakeLauncher) -> list[str]:
+    return [rid for batch in launcher.batches for rid in batch]
+
+
+async def test_a_crash_requeues_the_batch_behind_which_never_started() -> None:
+    gate = trio.Event()
+    crashed = trio.Event()
+    ran: list[list[str]] = []
+
+    async def crash_first_batch(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        if not crashed.is_set():
+            await gate.wait()
+            crashed.set()
+            proc.exit(-9)
+            return
+        ran.append([bytes(i.params[0].value).decode() for i in items])
+        replies = [Reply(i.request_id, b"ok") for i in items]
+        await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
+
+    launcher = FakeLauncher(behaviour=sequential(crash_first_batch))
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(
+            settings(1, batch_size=2, delay_ms=10_000), prefetching_pool(), launcher
+        )
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        outcomes: dict[str, object] = {}
+
+        async def client(name: str) -> None:
+            try:
+                outcomes[name] = await result(model, name)
+            except ServeError as exc:
+                outcomes[name] = exc.status
+
+        for name in ("a", "b", "c"):
+            nursery.start_soon(client, name)
+            await trio.testing.wait_all_tasks_blocked()
+        assert [len(b) for b in launcher.batches] == [1, 2]  # [b, c] sent behind [a]
+        gate.set()
+        with trio.fail_after(5):
+            while len(outcomes) < 3:
+                await trio.sleep(0.01)
+        # only the batch that was running fails; the one behind ran on the new worker
+        assert outcomes == {"a": 507, "b": b"ok", "c": b"ok"}
+        assert ran == [["b", "c"]]
+        assert len(launcher.processes) == 2
         nursery.cancel_scope.cancel()

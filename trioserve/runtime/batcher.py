@@ -83,6 +83,15 @@ class Batcher:
         self._policy.worker_idle(worker)
         self._changed.set()
 
+    def worker_prefetch(self, worker: BatchTaker) -> None:
+        """The busy ``worker`` will take a full batch behind the one it runs."""
+        self._policy.worker_prefetch(worker)
+        self._changed.set()
+
+    def worker_busy(self, worker: BatchTaker) -> None:
+        """The busy ``worker`` withdraws its offer to take a batch behind."""
+        self._policy.worker_busy(worker)
+
     def worker_gone(self, worker: BatchTaker) -> None:
         self._policy.worker_gone(worker)
         self._changed.set()

@@ -67,6 +67,8 @@ class WorkerSettings:
     on_loaded: Callable[[str, float], None] | None = None  # (worker name, load ms)
     # Builds the BATCH frame for a batch of jobs (the model version adds collated tensors).
     frame_builder: Callable[[int, list[Job]], bytes | bytearray] = default_batch_frame
+    # Send a full batch behind the running one (see BatchPolicy.worker_prefetch).
+    prefetch: bool = False
 
 
 class WorkerFailure(Exception):
@@ -103,6 +105,9 @@ class Worker:
         self._stop_requested = False
         self._idle_scope: trio.CancelScope | None = None
         self._inflight: dict[str, Job] = {}
+        # A batch sent behind the one running (a full batch the worker starts as soon as it
+        # finishes the current one); it has not started, so a failure requeues it.
+        self._behind: tuple[int, list[Job]] | None = None  # (batch id, jobs)
         self._state_changed = trio.Event()
         self._cancel_send, self._cancel_recv = trio.open_memory_channel[str](math.inf)
         self._batch_id = 0
@@ -219,8 +224,10 @@ class Worker:
                     errors.worker_died(), detail=f"could not start the worker: {exc}"
                 )
             finally:
-                # This worker takes no more batches until it is serving again.
+                # This worker takes no more batches until it is serving again; the batch
+                # behind the failed one never started: back to the queue with it.
                 self._return_unclaimed()
+                self._return_behind()
                 self._batcher.worker_gone(self)
                 # Stop the process while its output pumps still run, whatever happened.
                 with trio.CancelScope(shield=True):
@@ -292,6 +299,21 @@ class Worker:
             batch, self._inbox = self._inbox, None
             self._batcher.requeue(self, batch)
 
+    def _return_behind(self) -> None:
+        """The batch sent behind the running one never started: it goes back to the queue
+        (it was the batcher's last dispatch to this worker)."""
+        if self._behind is None:
+            return
+        (_batch_id, batch), self._behind = self._behind, None
+        self._requeue_sent(batch)
+
+    def _requeue_sent(self, batch: list[Job]) -> None:
+        back = [job for job in batch if job.state is JobState.RUNNING]
+        for job in back:
+            self._inflight.pop(job.request_id, None)
+            job.unstart()
+        self._batcher.requeue(self, back)
+
     async def _take_batch(self, conn: WorkerConnection, process: WorkerProcess) -> list[Job]:
         """Tell the batcher this worker is idle and wait for a batch; meanwhile keep reading
         the worker (trailing METRICS frames, and EOF: a worker that dies while idle is
@@ -353,31 +375,93 @@ class Worker:
     async def _serve(self, conn: WorkerConnection, process: WorkerProcess) -> None:
         self.failures = 0
         self._reached_ready = True
-        while not self._stop_requested:
-            self._set_state(WorkerState.READY)
-            batch = await self._take_batch(conn, process)
-            if not batch:
-                continue
-            self._set_state(WorkerState.BUSY)
-            for job in batch:
-                job.start(self._on_job_cancel)
-                self._inflight[job.request_id] = job
-            self._batch_id += 1
-            try:
-                await conn.send(self.settings.frame_builder(self._batch_id, batch))
-            except BaseException:
-                # Never reached the worker: give the jobs back to the queue, in order.
-                back = [job for job in batch if job.state is JobState.RUNNING]
-                for job in back:
-                    self._inflight.pop(job.request_id, None)
-                    job.unstart()
-                self._batcher.requeue(self, back)
-                raise
-            await self._collect(conn, process)
+        current: tuple[int, list[Job]] | None = None  # sent, its replies not all in
+        while True:
+            if current is None:
+                if self._stop_requested:
+                    return
+                self._set_state(WorkerState.READY)
+                batch = await self._take_batch(conn, process)
+                if not batch:
+                    continue
+                self._set_state(WorkerState.BUSY)
+                current = (await self._send_batch(conn, batch), batch)
+            current = await self._collect_and_prefetch(conn, process, *current)
 
-    async def _collect(self, conn: WorkerConnection, process: WorkerProcess) -> None:
+    async def _send_batch(self, conn: WorkerConnection, batch: list[Job]) -> int:
+        for job in batch:
+            job.start(self._on_job_cancel)
+            self._inflight[job.request_id] = job
+        self._batch_id += 1
+        try:
+            await conn.send(self.settings.frame_builder(self._batch_id, batch))
+        except BaseException:
+            # Never reached the worker: give the jobs back to the queue, in order.
+            self._requeue_sent(batch)
+            raise
+        return self._batch_id
+
+    async def _collect_and_prefetch(
+        self, conn: WorkerConnection, process: WorkerProcess, batch_id: int, batch: list[Job]
+    ) -> tuple[int, list[Job]] | None:
+        """Collect the replies of the running batch; meanwhile offer to take a full batch
+        behind it and send that at once. Returns the batch behind, if one was sent."""
+        if self._stop_requested or not self.settings.prefetch:
+            await self._collect(conn, process, batch_id, batch)
+            return None
+        # Failures are carried out of the nursery, not raised in it: the callers catch
+        # WorkerFailure and connection errors themselves, not exception groups.
+        failures: list[Exception] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._prefetch, conn, failures)
+            try:
+                await self._collect(conn, process, batch_id, batch)
+            except Exception as exc:
+                failures.append(exc)
+            nursery.cancel_scope.cancel()
+        if failures:
+            raise failures[0]
+        # The running batch is done, so the one behind (if any) is running now.
+        behind, self._behind = self._behind, None
+        if behind is None and self._inbox is not None:
+            # Assigned just as the running batch finished: it goes next all the same.
+            late, self._inbox = self._inbox, None
+            self._assigned = trio.Event()
+            late = [job for job in late if job.state is JobState.QUEUED]
+            if not late:
+                self._batcher.requeue(self, [])
+            else:
+                with trio.CancelScope(shield=True):
+                    behind = (await self._send_batch(conn, late), late)
+        if behind is None:
+            self._batcher.worker_busy(self)  # withdraw the offer
+        return behind
+
+    async def _prefetch(self, conn: WorkerConnection, failures: list[Exception]) -> None:
+        try:
+            await self._prefetch_one(conn)
+        except Exception as exc:
+            failures.append(exc)
+
+    async def _prefetch_one(self, conn: WorkerConnection) -> None:
+        self._batcher.worker_prefetch(self)
+        await self._assigned.wait()
+        batch, self._inbox = self._inbox or [], None
+        self._assigned = trio.Event()
+        batch = [job for job in batch if job.state is JobState.QUEUED]
+        if not batch:
+            self._batcher.requeue(self, [])
+            return
+        # A frame is never cut short: the send finishes even if the collector is done.
+        with trio.CancelScope(shield=True):
+            batch_id = await self._send_batch(conn, batch)
+        self._behind = (batch_id, batch)
+
+    async def _collect(
+        self, conn: WorkerConnection, process: WorkerProcess, batch_id: int, batch: list[Job]
+    ) -> None:
         timeout = self.settings.response_timeout
-        pending = set(self._inflight)
+        pending = {job.request_id for job in batch if job.request_id in self._inflight}
         with trio.move_on_after(timeout) as scope:
             while pending:
                 frame = await conn.receive()
@@ -388,10 +472,10 @@ class Worker:
                     self._other_frame(frame)
                     continue
                 reply = decode_reply(frame)
-                if reply.batch_id != self._batch_id:
+                if reply.batch_id != batch_id:
                     continue
                 if reply.code != 200:
-                    self._fail_inflight(errors.prediction_failed(reply.code, reply.message))
+                    self._fail_batch(pending, errors.prediction_failed(reply.code, reply.message))
                     return
                 for item in reply.replies:
                     job = self._inflight.get(item.request_id)
@@ -401,11 +485,8 @@ class Worker:
                         self._inflight.pop(item.request_id, None)
                         pending.discard(item.request_id)
                 if reply.final:
-                    missing = [self._inflight.pop(r) for r in list(pending) if r in self._inflight]
-                    for job in missing:
-                        job.fail(
-                            errors.prediction_failed(503, "number of batch response mismatched")
-                        )
+                    mismatch = errors.prediction_failed(503, "number of batch response mismatched")
+                    self._fail_batch(pending, mismatch)
                     return
         if scope.cancelled_caught:
             raise WorkerFailure(
@@ -415,6 +496,12 @@ class Worker:
                 ),
                 detail=f"a batch exceeded response_timeout ({timeout:g} s)",
             )
+
+    def _fail_batch(self, request_ids: set[str], error: ServeError) -> None:
+        for request_id in request_ids:
+            job = self._inflight.pop(request_id, None)
+            if job is not None:
+                job.fail(error)
 
     def _fail_inflight(self, error: ServeError) -> None:
         jobs = list(self._inflight.values())
