@@ -81,6 +81,44 @@ def _type_of(metric_type: MetricTypes | str) -> MetricTypes:
         ) from None
 
 
+def _record(
+    cache: MetricsCache,
+    name: str,
+    unit: str,
+    metric_type: MetricTypes,
+    dimension_names: list[str],
+    values: list[Any],
+    value: float,
+    request_id: str | None,
+) -> None:
+    """Check one update of metric ``name`` and hand its record to ``cache`` (bad input is
+    logged, not raised). ``unit`` is already spelled the TorchServe way."""
+    if len(values) != len(dimension_names):
+        log.error(
+            "metric %s not recorded: dimension values %r do not match dimension names %r",
+            name,
+            values,
+            dimension_names,
+        )
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        log.error("metric %s not recorded: value %r is not a number", name, value)
+        return
+    if metric_type is MetricTypes.COUNTER and value < 0:
+        log.error("metric %s not recorded: a counter cannot decrease", name)
+        return
+    cache.record(
+        {
+            "name": name,
+            "unit": unit,
+            "value": value,
+            "type": metric_type.name,
+            "dimensions": {n: str(v) for n, v in zip(dimension_names, values, strict=True)},
+            "request_id": request_id or "",
+        }
+    )
+
+
 class CachedMetric:
     """A named metric with fixed dimension names; each update becomes one record."""
 
@@ -105,32 +143,15 @@ class CachedMetric:
         request_id: str | None = "",
     ) -> None:
         """Record ``value`` with one value per dimension name. Bad input is logged, not raised."""
-        values = list(dimension_values or [])
-        if len(values) != len(self.dimension_names):
-            log.error(
-                "metric %s not recorded: dimension values %r do not match dimension names %r",
-                self.metric_name,
-                values,
-                self.dimension_names,
-            )
-            return
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            log.error("metric %s not recorded: value %r is not a number", self.metric_name, value)
-            return
-        if self.metric_type is MetricTypes.COUNTER and value < 0:
-            log.error("metric %s not recorded: a counter cannot decrease", self.metric_name)
-            return
-        self._cache.record(
-            {
-                "name": self.metric_name,
-                "unit": self.unit,
-                "value": value,
-                "type": self.metric_type.name,
-                "dimensions": {
-                    n: str(v) for n, v in zip(self.dimension_names, values, strict=True)
-                },
-                "request_id": request_id or "",
-            }
+        _record(
+            self._cache,
+            self.metric_name,
+            self.unit,
+            self.metric_type,
+            self.dimension_names,
+            list(dimension_values or []),
+            value,
+            request_id,
         )
 
     def update(
@@ -235,11 +256,20 @@ class MetricsCache:
         metric_type: MetricTypes | str,
     ) -> None:
         request_id = self._request_id(idx)
-        dims = self._dimensions(request_id, dimensions)
         kind = _type_of(metric_type)
-        metric = CachedMetric(self, name, unit, [d.name for d in dims], kind)
-        self.cache.setdefault((kind, name), metric)
-        metric.add_or_update(value, [d.value for d in dims], request_id)
+        names: list[str]
+        values: list[Any]
+        if dimensions is None:  # the usual call: the default dimensions, without objects
+            if request_id is None:
+                names, values = ["Level"], ["Error"]
+            else:
+                names, values = ["ModelName", "Level"], [self.model_name, "Model"]
+        else:
+            dims = self._dimensions(request_id, dimensions)
+            names, values = [d.name for d in dims], [d.value for d in dims]
+        if (kind, name) not in self.cache:
+            self.cache[(kind, name)] = CachedMetric(self, name, unit, names, kind)
+        _record(self, name, UNIT_NAMES.get(unit, unit), kind, names, values, value, request_id)
 
     def add_metric(
         self,

@@ -13,6 +13,7 @@ from typing import Any
 
 from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.worker.codec import encode_output
+from trioserve.worker.context import Context, RequestProcessor
 from trioserve.worker.errors import INVALID_OUTPUT, LENGTH_MISMATCH
 
 log = logging.getLogger("trioserve.worker")
@@ -31,6 +32,18 @@ class OutputError(Exception):
         self.message = message
 
 
+def _plain_processor(context: Any, idx: int) -> RequestProcessor | None:
+    """Request ``idx``'s processor when ``context`` is exactly the worker's Context holding
+    exactly RequestProcessors (nothing a handler subclassed or replaced); else None."""
+    if type(context) is not Context:
+        return None
+    processors = context.request_processor
+    if processors is None:
+        return None
+    processor = processors[idx]
+    return processor if type(processor) is RequestProcessor else None
+
+
 def make_reply(context: Any, idx: int, request_id: str, value: Any) -> Reply:
     """The reply to request ``idx`` whose answer is ``value``.
 
@@ -47,13 +60,26 @@ def make_reply(context: Any, idx: int, request_id: str, value: Any) -> Reply:
             exc,
         )
         raise OutputError(*UNSUPPORTED_OUTPUT) from exc
-    code, phrase = context.get_response_status(idx)
-    headers = {
-        str(k): str(v)
-        for k, v in context.get_response_headers(idx).items()
-        if k != CONTENT_TYPE_KEY and v is not None
-    }
-    content_type = context.get_response_content_type(idx)
+    processor = _plain_processor(context, idx)
+    if processor is not None:
+        # The worker's own Context and RequestProcessor: read the state directly (what the
+        # getters below return), and skip the header copy when the handler set none.
+        code, phrase = processor._status_code, processor._reason_phrase
+        response_headers = processor._response_header
+        content_type = response_headers.get(CONTENT_TYPE_KEY) if response_headers else None
+    else:
+        code, phrase = context.get_response_status(idx)
+        response_headers = context.get_response_headers(idx)
+        content_type = context.get_response_content_type(idx)
+    headers = (
+        {
+            str(k): str(v)
+            for k, v in response_headers.items()
+            if k != CONTENT_TYPE_KEY and v is not None
+        }
+        if response_headers
+        else {}
+    )
     return Reply(
         request_id=request_id,
         body=body,
