@@ -136,7 +136,10 @@ class Server:
             self.metrics_port,
             self.grpc_inference_port,
             self.grpc_management_port,
-        ) = (launched.port(api) if api in bound else 0 for api in apis)
+        ) = (
+            launched.port(api) if api in bound and not bound[api][0].startswith("unix:") else 0
+            for api in apis
+        )
         return text
 
     def descendants(self) -> list[psutil.Process]:

@@ -171,3 +171,16 @@ def test_keep_alive_carries_many_requests_on_one_connection(server: Server) -> N
             while b"\r\n\r\n" not in raw or not raw.endswith(body):
                 raw += sock.recv(65536)
             assert raw.startswith(b"HTTP/1.1 200 OK") and raw.endswith(body)
+
+
+def test_the_inference_api_can_listen_on_a_unix_socket(make_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "inference.sock"
+    unix: Server = make_server(properties={"inference_address": f"unix:{path}"})
+    report = unix.start()
+    assert f"inference=unix:{path}" in report
+    transport = httpx.HTTPTransport(uds=str(path))
+    with httpx.Client(transport=transport, base_url="http://trioserve", timeout=30) as client:
+        assert client.post("/predictions/control", content=b"over uds").text == "over uds"
+        assert client.get("/ping").json() == {"status": "Healthy"}
+    unix.stop()
+    assert not path.exists()  # the socket file is removed at shutdown
