@@ -13,6 +13,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, Reque
 from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
+from trioserve.http.front import Answer
 from trioserve.metrics.registry import ServerMetrics
 
 log = logging.getLogger("trioserve.http")
@@ -38,11 +39,27 @@ def json_response(payload: Any, status: int = 200, request_id: str | None = None
     return response
 
 
-def error_response(error: ServeError, request_id: str | None = None) -> Response:
-    response = json_response(error.body(), error.status, request_id)
+def error_answer(error: ServeError, request_id: str | None = None) -> Answer:
+    """The TorchServe error body; an error closes the connection, as TorchServe's do."""
+    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", "application/json")]
+    if request_id is not None:
+        headers.append(("x-request-id", request_id))
     if error.retry_after is not None:
-        response.headers["Retry-After"] = str(error.retry_after)
+        headers.append(("Retry-After", str(error.retry_after)))
+    return Answer(error.status, headers, json_text(error.body()).encode(), close=True)
+
+
+def answer_response(answer: Answer) -> Response:
+    """An answer as a Quart response (the routes the fast path leaves to Quart)."""
+    response = Response(answer.body, status=answer.status)
+    del response.headers["Content-Type"]
+    for key, value in answer.headers:
+        response.headers.add(key, value)
     return response
+
+
+def error_response(error: ServeError, request_id: str | None = None) -> Response:
+    return answer_response(error_answer(error, request_id))
 
 
 def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:

@@ -18,9 +18,10 @@ from trioserve.core.request import InferenceRequest
 from trioserve.http.common import (
     DOC_ROUTES,
     NO_CACHE_HEADERS,
+    answer_response,
+    error_answer,
     install_token_check,
     json_response,
-    json_text,
     new_app,
 )
 from trioserve.http.front import Answer, FastPath
@@ -98,16 +99,6 @@ def reply_headers(reply: Reply, request_id: str) -> list[tuple[str, str]]:
     return list(merged.values())
 
 
-def error_answer(error: ServeError, request_id: str | None = None) -> Answer:
-    """The TorchServe error body; an error closes the connection, as TorchServe's do."""
-    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", "application/json")]
-    if request_id is not None:
-        headers.append(("x-request-id", request_id))
-    if error.retry_after is not None:
-        headers.append(("Retry-After", str(error.retry_after)))
-    return Answer(error.status, headers, json_text(error.body()).encode(), close=True)
-
-
 def _finished(
     metrics: ServerMetrics | None, infer: InferenceRequest, job: Job, began: float
 ) -> None:
@@ -146,15 +137,6 @@ async def predict(
         return Answer(first.status, headers, bytes(first.body), close)
     body = ReplyBody(first, job, partial(_finished, metrics, infer, job, began))
     return Answer(first.status, headers, body, close)
-
-
-def to_response(answer: Answer) -> Response:
-    """An answer as a Quart response (the routes the fast path leaves to Quart)."""
-    response = Response(answer.body, status=answer.status)
-    del response.headers["Content-Type"]
-    for key, value in answer.headers:
-        response.headers.add(key, value)
-    return response
 
 
 def _prediction_headers(
@@ -259,7 +241,7 @@ def create_inference_app(
         params = await read_params()
         headers = _prediction_headers(request.scope["headers"], explain, rest)
         infer = InferenceRequest(model=model, version=version, params=params, headers=headers)
-        return to_response(await predict(manager, infer, metrics))
+        return answer_response(await predict(manager, infer, metrics))
 
     @app.route("/", methods=["OPTIONS"])
     @app.get("/api-description")

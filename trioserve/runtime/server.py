@@ -36,8 +36,9 @@ from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
 from trioserve.grpc import serve_grpc
+from trioserve.http.common import error_answer
 from trioserve.http.front import FastPath, Front, FrontSettings
-from trioserve.http.inference import create_inference_app, error_answer, fast_path
+from trioserve.http.inference import create_inference_app, fast_path
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
