@@ -26,7 +26,6 @@ called in-process.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -40,13 +39,23 @@ import sys
 import tempfile
 import time
 import uuid
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import psutil
 import torch
+
+# The model, its archive and the thread settings are batching_bench's (this folder is on
+# sys.path when a benchmark runs as a script).
+from batching_bench import (
+    MODEL_NAME,
+    NUM_FEATURES,
+    REPO,
+    THREAD_ENV,
+    build_store,
+    load_scripted,
+)
 
 from trioserve.archive import unpack_archive
 from trioserve.core.frames import Frame, FrameDecoder, Kind, encode
@@ -56,48 +65,15 @@ from trioserve.core.tensor_inputs import parse_tensor_inputs
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.tensor_frames import tensor_frame_builder
 
-REPO = Path(__file__).resolve().parents[1]
-MODEL_DIR = REPO / "handlers" / "batched"
-MODEL_NAME = "batched"
-NUM_FEATURES = 256
-THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 OCTET = "application/octet-stream"
 
 
 # -- the model and its archive ------------------------------------------------------------------
 
 
-def build_model(dest: Path, hidden: int) -> Path:
-    spec = importlib.util.spec_from_file_location("batched_make_model", MODEL_DIR / "make_model.py")
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {MODEL_DIR / 'make_model.py'}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    path: Path = module.build(dest, hidden)
-    return path
-
-
 def build_archive(workdir: Path, hidden: int) -> Path:
-    """``batched.mar`` made with the real ``trioserve archive`` command."""
-    weights = build_model(workdir / "build", hidden)
-    store = workdir / "store"
-    store.mkdir()
-    subprocess.run(
-        [sys.executable, "-m", "trioserve", "archive", "--model-name", MODEL_NAME, "-v", "1.0",
-         "--handler", str(MODEL_DIR / "batched_handler.py"),
-         "--serialized-file", str(weights),
-         "--config-file", str(MODEL_DIR / "model-config.yaml"),
-         "--export-path", str(store), "-f"],
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    return store / f"{MODEL_NAME}.mar"
-
-
-def load_scripted(path: Path) -> Any:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, message=r".*torch\.jit")
-        model = torch.jit.load(str(path), map_location="cpu")
-    return model.eval()
+    """``batched.mar`` made with the real ``trioserve archive`` command (as batching_bench)."""
+    return build_store(workdir, hidden) / f"{MODEL_NAME}.mar"
 
 
 # -- batches ------------------------------------------------------------------------------------

@@ -421,41 +421,36 @@ class Worker:
             nursery.cancel_scope.cancel()
         if failures:
             raise failures[0]
-        # The running batch is done, so the one behind (if any) is running now.
+        # The running batch is done, so the one behind (if any) is running now. A batch
+        # assigned just as the running one finished goes next all the same.
         behind, self._behind = self._behind, None
         if behind is None and self._inbox is not None:
-            # Assigned just as the running batch finished: it goes next all the same.
-            late, self._inbox = self._inbox, None
-            self._assigned = trio.Event()
-            late = [job for job in late if job.state is JobState.QUEUED]
-            if not late:
-                self._batcher.requeue(self, [])
-            else:
-                with trio.CancelScope(shield=True):
-                    behind = (await self._send_batch(conn, late), late)
+            behind = await self._send_assigned(conn)
         if behind is None:
             self._batcher.worker_busy(self)  # withdraw the offer
         return behind
 
     async def _prefetch(self, conn: WorkerConnection, failures: list[Exception]) -> None:
         try:
-            await self._prefetch_one(conn)
+            self._batcher.worker_prefetch(self)
+            await self._assigned.wait()
+            self._behind = await self._send_assigned(conn)
         except Exception as exc:
             failures.append(exc)
 
-    async def _prefetch_one(self, conn: WorkerConnection) -> None:
-        self._batcher.worker_prefetch(self)
-        await self._assigned.wait()
+    async def _send_assigned(self, conn: WorkerConnection) -> tuple[int, list[Job]] | None:
+        """Send the batch the batcher assigned behind the running one; None if every job
+        of it was cancelled meanwhile."""
         batch, self._inbox = self._inbox or [], None
         self._assigned = trio.Event()
         batch = [job for job in batch if job.state is JobState.QUEUED]
         if not batch:
             self._batcher.requeue(self, [])
-            return
+            return None
         # A frame is never cut short: the send finishes even if the collector is done.
         with trio.CancelScope(shield=True):
             batch_id = await self._send_batch(conn, batch)
-        self._behind = (batch_id, batch)
+        return batch_id, batch
 
     async def _collect(
         self, conn: WorkerConnection, process: WorkerProcess, batch_id: int, batch: list[Job]
