@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -62,6 +63,8 @@ LEGACY_METRICS: Final = frozenset({REQUESTS_TOTAL, INFERENCE_LATENCY, QUEUE_LATE
 # Caps that keep a misbehaving handler from growing the server without bound.
 MAX_HANDLER_FAMILIES: Final = 2000
 MAX_WARNINGS: Final = 1000
+MAX_CHILDREN: Final = 10_000  # label sets whose update method is kept, per metric
+MAX_UPDATERS: Final = 10_000  # per-model builtin metric updaters kept
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -125,6 +128,10 @@ class _Family:
     _children: dict[tuple[str, ...], Callable[[float], None]] = field(default_factory=dict)
 
     def update(self, labels: Mapping[str, str], value: float) -> None:
+        self.child(labels)(value)
+
+    def child(self, labels: Mapping[str, str]) -> Callable[[float], None]:
+        """The update method (``inc``, ``set`` or ``observe``) of the child for ``labels``."""
         key = tuple(labels[n] for n in self.spec.labels)
         apply = self._children.get(key)
         if apply is None:
@@ -135,9 +142,26 @@ class _Family:
                 apply = child.set
             else:
                 apply = child.observe
-            if len(self._children) < 10_000:
+            if len(self._children) < MAX_CHILDREN:
                 self._children[key] = apply
+        return apply
+
+
+def _ignore(value: float) -> None:
+    """The update of a metric that cannot be created (already warned about)."""
+
+
+def _lazy_child(family: _Family, labels: Mapping[str, str]) -> Callable[[float], None]:
+    """Updates the child of ``family`` for ``labels``, created on the first update."""
+    apply: Callable[[float], None] | None = None
+
+    def update(value: float) -> None:
+        nonlocal apply
+        if apply is None:
+            apply = family.child(labels)
         apply(value)
+
+    return update
 
 
 def _without_created(metrics: Iterable[Metric]) -> Iterator[Metric]:
@@ -189,6 +213,8 @@ class ServerMetrics:
         self._owners: dict[str, str] = {}  # exposed name -> the metric that uses it
         self._handler_families = 0
         self._warned: set[tuple[str, ...]] = set()
+        self._ts_updaters: dict[tuple[str, str, str | None], Callable[[float], None]] = {}
+        self._host_updaters: dict[str, Callable[[float], None]] = {}
         self._system = SystemSampler()
         for name, spec in BUILTIN_METRICS.items():
             if self._exported(name):
@@ -199,16 +225,17 @@ class ServerMetrics:
 
     def request_received(self, model: str, version: str | None) -> None:
         """An inference request arrived (counted before queueing, so also when refused)."""
-        self._builtin(REQUESTS_TOTAL, self._ts_labels(model, version), 1.0)
+        self._apply(self._ts_updater(REQUESTS_TOTAL, model, version), REQUESTS_TOTAL, 1.0)
 
     def request_finished(
         self, model: str, version: str | None, *, latency_us: float, queue_us: float
     ) -> None:
         """An inference request got its final response after ``latency_us`` in total."""
-        labels = self._ts_labels(model, version)
-        self._builtin(INFERENCE_LATENCY, labels, _non_negative(latency_us))
-        self._builtin(QUEUE_LATENCY, labels, _non_negative(queue_us))
-        self._builtin("QueueTime", self._host_labels(), _non_negative(queue_us) / 1000.0)
+        queue_us = _non_negative(queue_us)
+        latency = self._ts_updater(INFERENCE_LATENCY, model, version)
+        self._apply(latency, INFERENCE_LATENCY, _non_negative(latency_us))
+        self._apply(self._ts_updater(QUEUE_LATENCY, model, version), QUEUE_LATENCY, queue_us)
+        self._apply(self._host_updater("QueueTime"), "QueueTime", queue_us / 1000.0)
 
     def http_status(self, status: int) -> None:
         """An HTTP response was sent (TorchServe's Requests2XX / 4XX / 5XX)."""
@@ -220,7 +247,7 @@ class ServerMetrics:
             name = "Requests5XX"
         else:
             return  # TorchServe counts 1xx/3xx as 5XX; they are not server errors
-        self._builtin(name, self._host_labels(), 1.0)
+        self._apply(self._host_updater(name), name, 1.0)
 
     def worker_loaded(self, worker_name: str, load_ms: float) -> None:
         """A worker (e.g. ``W-9000-resnet18_1.0``) loaded its model in ``load_ms``."""
@@ -332,6 +359,41 @@ class ServerMetrics:
 
     def _host_labels(self) -> dict[str, str]:
         return {"Level": HOST_LEVEL, "Hostname": self.hostname}
+
+    # Every inference request updates five builtin metrics: their updaters are resolved once
+    # per label set (a child is created on its first update, so a metric never updated is
+    # not exported).
+
+    def _ts_updater(self, name: str, model: str, version: str | None) -> Callable[[float], None]:
+        key = (name, model, version)
+        update = self._ts_updaters.get(key)
+        if update is None:
+            update = self._updater(name, self._ts_labels(model, version))
+            if len(self._ts_updaters) < MAX_UPDATERS:
+                self._ts_updaters[key] = update
+        return update
+
+    def _host_updater(self, name: str) -> Callable[[float], None]:
+        update = self._host_updaters.get(name)
+        if update is None:
+            update = self._host_updaters[name] = self._updater(name, self._host_labels())
+        return update
+
+    def _apply(self, update: Callable[[float], None], name: str, value: float) -> None:
+        try:
+            update(value)
+        except Exception:
+            self._warn_once(("builtin", name), "updating metric %s failed", name, exc_info=True)
+
+    def _updater(self, name: str, labels: dict[str, str]) -> Callable[[float], None]:
+        """What ``_builtin(name, labels, value)`` does, as a function of ``value``."""
+        spec = BUILTIN_METRICS[name]
+        if not self._exported(name):
+            return partial(self._log_metric, name, spec, labels)
+        family = self._families.get(name)
+        if family is None:
+            return _ignore
+        return _lazy_child(family, labels)
 
     def _families_now(self) -> list[_Family]:
         with self._lock:
