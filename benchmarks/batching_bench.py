@@ -25,24 +25,26 @@ this process (the load generator), next to the model's own time per request in a
 Thread settings are the same on both sides: one intra-op thread (``torch.set_num_threads(1)``
 here, ``OMP_NUM_THREADS=1`` / ``MKL_NUM_THREADS=1`` in the server's environment, which its
 worker inherits). The in-process numbers are taken before the server starts, so nothing else
-runs meanwhile. The load generator is a minimal keep-alive HTTP/1.1 client on asyncio (one
-connection per concurrent caller, requests prebuilt), kept light because it shares the
-machine's CPUs with the server and its worker. The worker appends every batch size it sees to
-``TRIOSERVE_BATCH_LOG``; the tables quote the batches formed in each phase. Every phase is
-bounded by a request count and a time limit.
+runs meanwhile. The load generator is a minimal keep-alive HTTP/1.1 client: one thread, one
+epoll set, one non-blocking socket per concurrent caller, requests prebuilt, every answer's
+status and class checked. It is kept light because it shares the machine's CPUs with the
+server and its worker (an asyncio streams client cost about twice its CPU per request).
+The worker appends every batch size it sees to ``TRIOSERVE_BATCH_LOG``; the tables quote the
+batches formed in each phase. Every phase is bounded by a request count and a time limit.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import importlib.util
 import json
 import os
 import platform
+import select
 import shutil
 import signal
+import socket
 import statistics
 import struct
 import subprocess
@@ -213,8 +215,9 @@ def batch_sizes(server: Server) -> list[int]:
 
 
 class HttpCaller:
-    """POST /predictions/batched over one keep-alive HTTP/1.1 connection; the body is one
-    prebuilt float32 row and the answer's class is checked against the in-process model."""
+    """POST /predictions/batched over one keep-alive HTTP/1.1 connection, one request at a
+    time; the body is one prebuilt float32 row and the answer's class is checked against the
+    in-process model. Driven by :func:`run_load`'s epoll loop (non-blocking socket)."""
 
     def __init__(self, port: int, body: bytes, expected_class: int) -> None:
         self._port = port
@@ -224,42 +227,59 @@ class HttpCaller:
             f"Content-Length: {len(body)}\r\n\r\n"
         ).encode() + body
         self._expected = expected_class
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self.sock: socket.socket | None = None
+        self._buffer = b""
+        self.began = 0.0
 
-    async def __call__(self) -> None:
-        if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection("127.0.0.1", self._port)
-        try:
-            self._writer.write(self._request)
-            head = await self._reader.readuntil(b"\r\n\r\n")
-            status = head.split(b" ", 2)[1]
-            length = -1
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            if length < 0:
-                raise RuntimeError("response without Content-Length")
-            body = await self._reader.readexactly(length)
-        except BaseException:
-            await self.close()
-            raise
+    def connect(self) -> socket.socket:
+        if self.sock is None:
+            sock = socket.create_connection(("127.0.0.1", self._port), timeout=10)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            self.sock = sock
+        return self.sock
+
+    def send(self) -> None:
+        """Send the request (it fits the socket buffer of a connection with nothing queued)."""
+        self.began = time.perf_counter()
+        self._buffer = b""
+        sent = self.connect().send(self._request)
+        if sent != len(self._request):
+            raise RuntimeError(f"short send: {sent} of {len(self._request)} bytes")
+
+    def receive(self) -> bool:
+        """Read what has arrived; True once the whole answer is in and checked."""
+        assert self.sock is not None
+        data = self.sock.recv(65536)
+        if not data:
+            raise RuntimeError("the server closed the connection")
+        self._buffer += data
+        head_end = self._buffer.find(b"\r\n\r\n")
+        if head_end < 0:
+            return False
+        head = self._buffer[:head_end]
+        length = -1
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if length < 0:
+            raise RuntimeError("response without Content-Length")
+        body = self._buffer[head_end + 4 :]
+        if len(body) < length:
+            return False
+        status = head.split(b" ", 2)[1]
         if status != b"200":
-            await self.close()  # the server closes the connection after an error response
             raise RuntimeError(f"HTTP {status.decode()}: {body[:200]!r}")
-        answer = json.loads(body)
+        answer = json.loads(body[:length])
         if answer.get("class") != self._expected:
             raise RuntimeError(f"wrong answer {answer!r}, expected class {self._expected}")
+        return True
 
-    async def close(self) -> None:
-        writer, self._reader, self._writer = self._writer, None, None
-        if writer is not None:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except OSError:
-                pass
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
 
 
 @dataclass
@@ -301,27 +321,77 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-async def run_load(name: str, callers: list[HttpCaller], requests: int, duration: float) -> Load:
-    loop = asyncio.get_running_loop()
+def run_load(name: str, callers: list[HttpCaller], requests: int, duration: float) -> Load:
+    """Each caller sends its next request as soon as its answer is in, until ``requests``
+    were sent or ``duration`` passed; one thread, one epoll set, so the generator costs the
+    server's shared CPUs as little as it can. A failed request's connection is reopened."""
     latencies: list[float] = []
     errors: collections.Counter[str] = collections.Counter()
     issued = 0
-    deadline = loop.time() + duration
-
-    async def caller_loop(call: HttpCaller) -> None:
-        nonlocal issued
-        while issued < requests and loop.time() < deadline:
-            issued += 1
-            began = time.perf_counter()
-            try:
-                await call()
-            except Exception as exc:
-                errors[str(exc)[:120] or type(exc).__name__] += 1
-                continue
-            latencies.append(time.perf_counter() - began)
-
     began = time.perf_counter()
-    await asyncio.gather(*(caller_loop(call) for call in callers))
+    deadline = began + duration
+    poller = select.epoll()
+    waiting: dict[int, HttpCaller] = {}  # by socket: callers with a request out
+    registered: set[int] = set()  # sockets stay in the epoll set while they are open
+
+    def drop(call: HttpCaller) -> None:
+        if call.sock is not None:
+            fd = call.sock.fileno()
+            waiting.pop(fd, None)
+            if fd in registered:
+                registered.discard(fd)
+                poller.unregister(fd)
+        call.close()
+
+    def issue(call: HttpCaller) -> None:
+        nonlocal issued
+        while issued < requests and time.perf_counter() < deadline:
+            issued += 1
+            try:
+                call.send()
+            except (OSError, RuntimeError) as exc:
+                errors[str(exc)[:120] or type(exc).__name__] += 1
+                drop(call)
+                continue
+            assert call.sock is not None
+            fd = call.sock.fileno()
+            waiting[fd] = call
+            if fd not in registered:
+                registered.add(fd)
+                poller.register(fd, select.EPOLLIN)
+            return
+
+    try:
+        for call in callers:
+            issue(call)
+        while waiting:
+            left = deadline + 30 - time.perf_counter()  # answers to requests already sent
+            events = poller.poll(max(0.0, min(left, 1.0)))
+            if not events and left <= 0:
+                for call in list(waiting.values()):
+                    drop(call)
+                    errors["no answer in time"] += 1
+                break
+            for fd, _ in events:
+                if fd not in waiting:  # an idle connection closed by the server
+                    drop(next(c for c in callers if c.sock and c.sock.fileno() == fd))
+                    continue
+                call = waiting.pop(fd)
+                try:
+                    if not call.receive():
+                        waiting[fd] = call
+                        continue
+                except (OSError, RuntimeError, ValueError) as exc:
+                    drop(call)  # the server closes the connection after an error response
+                    errors[str(exc)[:120] or type(exc).__name__] += 1
+                else:
+                    latencies.append(time.perf_counter() - call.began)
+                issue(call)
+    finally:
+        for call in callers:
+            if call.sock is not None and call.sock.fileno() in registered:
+                poller.unregister(call.sock.fileno())
+        poller.close()
     return Load(name, len(callers), issued, time.perf_counter() - began, latencies, errors)
 
 
@@ -342,7 +412,7 @@ def cpu_seconds(server: Server) -> dict[str, float]:
     return used
 
 
-async def measure_server(
+def measure_server(
     server: Server, model: Any, args: argparse.Namespace
 ) -> tuple[Load, Load, dict[str, float]]:
     rows = inputs(args.concurrency)
@@ -353,21 +423,21 @@ async def measure_server(
     ]
     try:
         # Warm-up: connections, the worker's TorchScript profiling runs, every batch shape.
-        await run_load("warm-up", callers, max(500, args.concurrency * 8), args.duration)
+        run_load("warm-up", callers, max(500, args.concurrency * 8), args.duration)
         logged = len(batch_sizes(server))
         before = cpu_seconds(server)
-        serving = await run_load("serving", callers, args.requests, args.duration)
+        serving = run_load("serving", callers, args.requests, args.duration)
         after = cpu_seconds(server)
         serving.batches = batch_sizes(server)[logged:]
         answered = max(1, len(serving.latencies))
         cpu = {role: (after[role] - before[role]) / answered * 1e6 for role in after}
 
         logged = len(batch_sizes(server))
-        light = await run_load("light load", callers[:1], args.light_requests, args.light_duration)
+        light = run_load("light load", callers[:1], args.light_requests, args.light_duration)
         light.batches = batch_sizes(server)[logged:]
     finally:
         for caller in callers:
-            await caller.close()
+            caller.close()
     return serving, light, cpu
 
 
@@ -402,7 +472,7 @@ def bench_model(hidden: int, args: argparse.Namespace) -> Run:
         local = measure_in_process(model, min(args.duration, 5.0), args.light_requests)
         server = start_server(workdir, store)
         try:
-            serving, light, cpu = asyncio.run(measure_server(server, model, args))
+            serving, light, cpu = measure_server(server, model, args)
         finally:
             server.stop()
     finally:
