@@ -50,6 +50,8 @@ CONTROL_HEADER = "X-Batched-Control"
 class BatchedHandler(BaseHandler):
     """Argmax classifier over a batch, using the server-collated tensor when there is one."""
 
+    _batch_log: tuple[str, int] | None = None  # $TRIOSERVE_BATCH_LOG and its open descriptor
+
     # -- request -> tensor -------------------------------------------------------------------
 
     @staticmethod
@@ -194,9 +196,11 @@ class BatchedHandler(BaseHandler):
 
     # -- the batch ---------------------------------------------------------------------------
 
-    @staticmethod
-    def record_batch(context: Any, size: int) -> None:
-        """Metric ``BatchSize`` and a line in ``$TRIOSERVE_BATCH_LOG``; never fails the batch."""
+    def record_batch(self, context: Any, size: int) -> None:
+        """Metric ``BatchSize`` and a line in ``$TRIOSERVE_BATCH_LOG``; never fails the batch.
+
+        The log is opened once (``O_APPEND``: every line is one ``write``, whole even when
+        several workers share the file)."""
         metrics = getattr(context, "metrics", None)
         if metrics is not None and hasattr(metrics, "add_metric"):
             try:
@@ -204,12 +208,15 @@ class BatchedHandler(BaseHandler):
             except Exception:
                 log.exception("recording the BatchSize metric failed")
         path = os.environ.get(BATCH_LOG_ENV)
-        if path:
-            try:
-                with open(path, "a", encoding="utf-8") as f:
-                    f.write(f"{size}\n")
-            except OSError:
-                log.exception("cannot append to %s=%s", BATCH_LOG_ENV, path)
+        if not path:
+            return
+        try:
+            if self._batch_log is None or self._batch_log[0] != path:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                self._batch_log = (path, fd)
+            os.write(self._batch_log[1], f"{size}\n".encode())
+        except OSError:
+            log.exception("cannot append to %s=%s", BATCH_LOG_ENV, path)
 
     def handle(self, data: list[Any], context: Any) -> Any:
         self.record_batch(context, len(data))
