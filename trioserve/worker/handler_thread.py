@@ -7,12 +7,15 @@ handler reaches back into trio with ``trio.from_thread.run(..., trio_token=...)`
 
 A call costs one wake-up each way and little else: the trio task parks itself
 (``wait_task_rescheduled``), the thread takes the call from a ``SimpleQueue`` and, when it is
-done, reschedules the task through the trio token with the call's outcome.
+done, reschedules the task through the trio token with the call's outcome. A call made with
+:meth:`HandlerThread.submit` costs less still: nothing waits for it, so the thread wakes no
+one when it is done (the batch path: the thread writes the batch's answer itself).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -22,6 +25,8 @@ import outcome
 import trio
 
 T = TypeVar("T")
+
+log = logging.getLogger("trioserve.worker")
 
 THREAD_NAME = "trioserve-handler"
 
@@ -34,7 +39,10 @@ class _Call(Generic[T]):
     __slots__ = ("abandoned", "fn", "task", "token")
 
     def __init__(
-        self, fn: Callable[[], T], task: trio.lowlevel.Task, token: trio.lowlevel.TrioToken
+        self,
+        fn: Callable[[], T],
+        task: trio.lowlevel.Task | None,
+        token: trio.lowlevel.TrioToken | None,
     ) -> None:
         self.fn = fn
         self.task = task
@@ -44,7 +52,7 @@ class _Call(Generic[T]):
 
 def _deliver(call: _Call[Any], result: outcome.Outcome[Any]) -> None:
     """In trio's thread: wake the waiting task with ``result`` (unless it gave up)."""
-    if not call.abandoned:
+    if not call.abandoned and call.task is not None:
         trio.lowlevel.reschedule(call.task, outcome.Value(result))
 
 
@@ -65,9 +73,27 @@ class HandlerThread:
                 )
             else:
                 result = outcome.capture(call.fn)
-            with contextlib.suppress(trio.RunFinishedError):
-                call.token.run_sync_soon(_deliver, call, result)
+            if call.token is not None:
+                with contextlib.suppress(trio.RunFinishedError):
+                    call.token.run_sync_soon(_deliver, call, result)
+            elif isinstance(result, outcome.Error) and not self._closed:
+                # A submitted call handles its own errors; this one escaped it.
+                log.error("a call in the handler thread failed", exc_info=result.error)
             del call, result  # do not keep the last batch alive while waiting
+
+    def _start(self) -> None:
+        if self._closed:
+            raise HandlerThreadClosed("the handler thread is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
+            self._thread.start()
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """Queue ``fn`` to run in the handler thread after the calls already queued, and
+        return at once; nothing is told when it is done, so ``fn`` deals with its own result
+        and errors (an exception escaping it is only logged)."""
+        self._start()
+        self._queue.put(_Call(fn, None, None))
 
     async def run(self, fn: Callable[[], T]) -> outcome.Outcome[T]:
         """Run ``fn`` in the handler thread; its result or exception, as an Outcome.
@@ -75,11 +101,7 @@ class HandlerThread:
         Cancelling the waiting task does not stop ``fn``: the thread finishes it and the
         outcome is dropped.
         """
-        if self._closed:
-            raise HandlerThreadClosed("the handler thread is closed")
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
-            self._thread.start()
+        self._start()
         call = _Call(fn, trio.lowlevel.current_task(), trio.lowlevel.current_trio_token())
         self._queue.put(call)
 

@@ -8,7 +8,10 @@ Frames in (server -> worker) and what the worker does:
   checked first; a batch whose tensors break the contract is answered at once with 400. Then
   it is queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
   intermediate RESPONSE frames (not final) go out as the handler sends them, then one final
-  RESPONSE, then a METRICS frame if the handler (or the worker) recorded metrics.
+  RESPONSE, then a METRICS frame if the handler (or the worker) recorded metrics. Once the
+  model is loaded, a batch goes straight from the frame reader to the handler thread, which
+  also writes its answer (see :meth:`Worker._batch_in_thread`): trio's thread is woken once
+  per batch (the frame coming in), not three times.
 * CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True.
 * PING ``{n}``: PONG ``{n}`` at once, even while a handler runs.
 * SHUTDOWN: batches already received are finished, then the worker exits 0. A BATCH after
@@ -25,7 +28,9 @@ import functools
 import logging
 import math
 import os
+import select
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -60,6 +65,9 @@ log = logging.getLogger("trioserve.worker")
 SERVER_VERSION = "0.12.0"  # what handlers read as system_properties["server_version"]
 PARENT_CHECK_INTERVAL = 0.5
 READ_SIZE = 1 << 20
+# How often trio's thread retries the socket's write lock while the handler thread holds it
+# (it holds it for one write, or while the server is not reading).
+WRITE_LOCK_POLL = 0.0005
 
 
 def exit_now(status: int, why: str) -> NoReturn:
@@ -86,6 +94,26 @@ class BatchJob:
 Job = LoadJob | BatchJob
 
 
+def _nothing() -> None:
+    """A handler-thread call that returns at once: awaiting it waits for the calls before."""
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the non-blocking ``fd``, waiting (in this thread) for room."""
+    view = memoryview(data)
+    poller: select.poll | None = None
+    while view.nbytes:
+        try:
+            sent = os.write(fd, view)
+        except BlockingIOError:
+            if poller is None:
+                poller = select.poll()
+                poller.register(fd, select.POLLOUT)
+            poller.poll()
+            continue
+        view = view[sent:]
+
+
 class Worker:
     def __init__(
         self,
@@ -101,6 +129,9 @@ class Worker:
         self._exit = exit_fn
         self._decode = decode_enabled() if decode is None else decode
         self._send_lock = trio.StrictFIFOLock()
+        # Over a socket, the handler thread writes batch answers itself: this lock keeps its
+        # frames and trio's whole and apart.
+        self._write_lock = threading.Lock()
         self._jobs_in, self._jobs_out = trio.open_memory_channel[Job](math.inf)
         self._cancels = CancelBook()
         self._thread = HandlerThread()
@@ -108,6 +139,9 @@ class Worker:
         self._parent = os.getppid() if parent_pid is None else parent_pid
         self._load_seen = False
         self._shutting_down = False
+        # Set once the model is loaded and the batches queued meanwhile are handed over: from
+        # then on the frame reader hands batches to the handler thread itself.
+        self._direct = False
         self.context: Context | None = None
         self.entry: Entry | None = None
 
@@ -119,28 +153,44 @@ class Worker:
         Over a socket, when no other write is under way, the frame is first written
         straight to the (non-blocking) socket: almost always all of it goes at once and the
         task does not pass through trio's scheduler. What the socket does not take at once
-        is sent with the stream's ``send_all``, still holding the lock.
+        is sent with the stream's ``send_all``, still holding the locks.
         """
-        sock = self._socket
-        if sock is not None and not self._send_lock.locked():
+        if self._send_lock.locked():
+            await self._send_lock.acquire()
+        else:
             self._send_lock.acquire_nowait()
+        try:
+            if self._socket is None:
+                await self._send_all(data)
+            else:
+                await self._send_socket(self._socket.fileno(), data)
+        finally:
+            self._send_lock.release()
+
+    async def _send_all(self, data: bytes | memoryview) -> None:
+        try:
+            await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._exit(0, f"the server connection is gone ({type(exc).__name__})")
+
+    async def _send_socket(self, fd: int, data: bytes) -> None:
+        """Write ``data`` to the socket under the write lock shared with the handler thread."""
+        lock = self._write_lock
+        # A threading lock cannot wake a trio task, and waiting for it in a worker thread
+        # could not be cancelled; it is held briefly, so poll (and stay cancellable).
+        while not lock.acquire(blocking=False):  # noqa: ASYNC110
+            await trio.sleep(WRITE_LOCK_POLL)
+        try:
             try:
-                try:
-                    sent = os.write(sock.fileno(), data)
-                except BlockingIOError:
-                    sent = 0
-                if sent < len(data):
-                    await self._stream.send_all(memoryview(data)[sent:])
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                sent = os.write(fd, data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
                 self._exit(0, f"the server connection is gone ({type(exc).__name__})")
-            finally:
-                self._send_lock.release()
-            return
-        async with self._send_lock:
-            try:
-                await self._stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._exit(0, f"the server connection is gone ({type(exc).__name__})")
+            if sent < len(data):
+                await self._send_all(memoryview(data)[sent:])
+        finally:
+            lock.release()
 
     async def _receive(self, buffer: bytearray) -> bytes | bytearray | memoryview:
         """The next bytes from the server (empty at end of stream).
@@ -155,8 +205,20 @@ class Worker:
         return await self._stream.receive_some(READ_SIZE)
 
     def _send_from_thread(self, data: bytes) -> None:
-        """Blocking send for the handler thread; returns once the frame is written."""
-        trio.from_thread.run(self.send, data, trio_token=self._token)
+        """Blocking send for the handler thread; returns once the frame is written.
+
+        Over a socket the thread writes it itself, under the write lock, without waking trio's
+        thread; over any other stream trio writes it.
+        """
+        sock = self._socket
+        if sock is None:
+            trio.from_thread.run(self.send, data, trio_token=self._token)
+            return
+        try:
+            with self._write_lock:
+                write_all(sock.fileno(), data)
+        except OSError as exc:
+            self._exit(0, f"the server connection is gone ({type(exc).__name__})")
 
     # -- the task tree ------------------------------------------------------------------------
 
@@ -258,7 +320,11 @@ class Worker:
             await self.send(encode_reply(error_reply(batch_id, 503, "the worker is shutting down")))
             return
         self._cancels.track(item.request_id for item in items)
-        self._queue(BatchJob(batch_id, items, tensors))
+        job = BatchJob(batch_id, items, tensors)
+        if self._direct:
+            self._submit(job)
+        else:
+            self._queue(job)
 
     def _queue(self, job: Job) -> None:
         try:
@@ -273,9 +339,27 @@ class Worker:
             if isinstance(job, LoadJob):
                 if not await self._load(job.spec):
                     return 1
+                self._go_direct()
             else:
-                await self._run_batch(job)
+                self._submit(job)
+        # Batches handed to the handler thread are not awaited one by one: wait for the last.
+        await self._thread.run(_nothing)
         return 0
+
+    def _go_direct(self) -> None:
+        """Hand the batches queued during the load to the handler thread, then let the frame
+        reader hand it the next ones itself (no await in between, so the order holds)."""
+        while True:
+            try:
+                job = self._jobs_out.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if isinstance(job, BatchJob):  # a second LOAD never reaches the queue
+                self._submit(job)
+        self._direct = True
+
+    def _submit(self, job: BatchJob) -> None:
+        self._thread.submit(functools.partial(self._batch_in_thread, job))
 
     async def _load(self, spec: LoadSpec) -> bool:
         context = Context(
@@ -306,40 +390,38 @@ class Worker:
         await self._send_metrics()
         return True
 
-    async def _run_batch(self, job: BatchJob) -> None:
+    def _batch_in_thread(self, job: BatchJob) -> None:
+        """In the handler thread: run one batch and write its answer.
+
+        The final RESPONSE and the METRICS frame that follows it go out in one write: one
+        system call and one wake-up of the server instead of two.
+        """
         try:
-            if self.entry is None or self.context is None:
-                reply = error_reply(job.batch_id, 503, "no model is loaded in this worker")
-            else:
-                reply = await self._handle(job, self.entry, self.context)
-            # The final RESPONSE and the METRICS frame that follows it go out in one write:
-            # one system call and one wake-up of the server instead of two.
-            await self.send(encode_reply(reply) + self._metrics_frame())
+            reply = self._reply_to(job)
+            self._send_from_thread(encode_reply(reply) + self._metrics_frame())
         finally:
             self._cancels.release([item.request_id for item in job.items])
 
-    async def _handle(self, job: BatchJob, entry: Entry, context: Context) -> BatchReply:
+    def _reply_to(self, job: BatchJob) -> BatchReply:
+        entry, context = self.entry, self.context
+        if entry is None or context is None:
+            return error_reply(job.batch_id, 503, "no model is loaded in this worker")
         channel = IntermediateChannel(job.batch_id, self._send_from_thread)
-
-        def work() -> BatchReply:
-            try:
-                data = prepare(
-                    context,
-                    job.items,
-                    decode=self._decode,
-                    cancel_check=self._cancels.is_cancelled,
-                    channel=channel,
-                    tensors=job.tensors,
-                )
-                return run_batch(entry, context, job.batch_id, job.items, data)
-            finally:
-                context.end_batch()
-
-        result = await self._thread.run(work)
-        if isinstance(result, outcome.Error):
-            log.error("batch %d could not be run", job.batch_id, exc_info=result.error)
+        try:
+            data = prepare(
+                context,
+                job.items,
+                decode=self._decode,
+                cancel_check=self._cancels.is_cancelled,
+                channel=channel,
+                tensors=job.tensors,
+            )
+            return run_batch(entry, context, job.batch_id, job.items, data)
+        except BaseException as exc:  # run_batch catches the handler's; this is the worker's
+            log.error("batch %d could not be run", job.batch_id, exc_info=exc)
             return error_reply(job.batch_id, *PREDICTION_FAILED)
-        return result.unwrap()
+        finally:
+            context.end_batch()
 
     def _metrics_frame(self) -> bytes:
         """A METRICS frame with the records since the last one; empty bytes when none."""
