@@ -192,17 +192,31 @@ class Worker:
         finally:
             lock.release()
 
-    async def _receive(self, buffer: bytearray) -> bytes | bytearray | memoryview:
+    async def _receive(
+        self, buffer: bytearray, *, wait_first: bool = False
+    ) -> bytes | bytearray | memoryview:
         """The next bytes from the server (empty at end of stream).
 
         Over a socket they are read into ``buffer``, reused for every read, instead of into
         a fresh ``READ_SIZE`` bytes object each time (which costs a large allocation, page
         faults and a shrink per read); the decoder copies them out before the next read.
+        With ``wait_first`` (the last read ended on a frame boundary, so the server is most
+        likely waiting for an answer) it waits for the socket to be readable before reading,
+        which saves the read that would fail with EAGAIN.
         """
-        if self._socket is not None:
-            size = await self._socket.recv_into(buffer)
+        sock = self._socket
+        if sock is None:
+            return await self._stream.receive_some(READ_SIZE)
+        if not wait_first:
+            size = await sock.recv_into(buffer)
             return memoryview(buffer)[:size]
-        return await self._stream.receive_some(READ_SIZE)
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                size = os.readv(sock.fileno(), [buffer])
+            except BlockingIOError:  # a spurious wake-up
+                continue
+            return memoryview(buffer)[:size]
 
     def _send_from_thread(self, data: bytes) -> None:
         """Blocking send for the handler thread; returns once the frame is written.
@@ -246,7 +260,7 @@ class Worker:
         buffer = bytearray(READ_SIZE if self._socket is not None else 0)
         while True:
             try:
-                data = await self._receive(buffer)
+                data = await self._receive(buffer, wait_first=decoder.pending == 0)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._exit(0, f"the server connection failed ({type(exc).__name__})")
             if not data:
