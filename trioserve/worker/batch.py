@@ -46,6 +46,11 @@ def prepare(
     return [decode_request(item, decode) for item in items]
 
 
+def _ids(items: list[WorkItem]) -> str:
+    """The batch's request ids for a log line (only joined when a batch fails)."""
+    return ",".join(item.request_id for item in items)
+
+
 def run_batch(
     entry: Entry,
     context: Context,
@@ -54,25 +59,32 @@ def run_batch(
     data: list[dict[str, Any]],
 ) -> BatchReply:
     """Call ``entry(data, context)`` and turn whatever happens into the final reply."""
-    ids = ",".join(item.request_id for item in items)
     start = time.perf_counter()
     try:
         answers = entry(data, context)
     except BaseException as exc:
         code, message = batch_error(exc)
         log.error(
-            "batch %d (requests %s) failed: %d %s", batch_id, ids, code, message, exc_info=exc
+            "batch %d (requests %s) failed: %d %s",
+            batch_id,
+            _ids(items),
+            code,
+            message,
+            exc_info=exc,
         )
         return error_reply(batch_id, code, message)
     elapsed_ms = (time.perf_counter() - start) * 1000
     try:
         reply = final_reply(batch_id, items, answers, context)
     except OutputError as exc:
-        log.error("batch %d (requests %s): %s", batch_id, ids, exc.message)
+        log.error("batch %d (requests %s): %s", batch_id, _ids(items), exc.message)
         return error_reply(batch_id, exc.code, exc.message)
     except Exception as exc:
         log.error(
-            "batch %d (requests %s): building the replies failed", batch_id, ids, exc_info=exc
+            "batch %d (requests %s): building the replies failed",
+            batch_id,
+            _ids(items),
+            exc_info=exc,
         )
         return error_reply(batch_id, *PREDICTION_FAILED)
     metrics = context.metrics
