@@ -167,3 +167,57 @@ async def test_batches_during_and_after_load_answered_in_order(
     assert status == [0]
     await peer.aclose()
     await stream.aclose()
+
+
+async def test_an_answer_that_cannot_be_sent_ends_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing else would answer the batch: the worker exits (status 1), so the server fails
+    the batch at once instead of waiting for the response timeout."""
+    import trioserve.worker.main as worker_main
+
+    (tmp_path / "slow_echo.py").write_text(SLOW_ECHO)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    real_encode = worker_main.encode_reply
+
+    def encode_reply(reply):  # type: ignore[no-untyped-def]
+        if reply.batch_id == 2:
+            raise ValueError("cannot encode")
+        return real_encode(reply)
+
+    monkeypatch.setattr(worker_main, "encode_reply", encode_reply)
+    exits: list[tuple[int, str]] = []
+
+    def recording_exit(status: int, why: str) -> NoReturn:
+        exits.append((status, why))
+        raise Exited(status, why)
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
+    peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
+    worker = Worker(stream, exit_fn=recording_exit, parent_pid=os.getppid())
+    decoder = FrameDecoder()
+    pending: list[Frame] = []
+
+    async def next_frame() -> Frame:
+        while not pending:
+            pending.extend(decoder.feed(await peer.receive_some(1 << 16)))
+        return pending.pop(0)
+
+    spec = LoadSpec("m", "1", str(tmp_path), "slow_echo", batch_size=1)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(worker.run)
+            await peer.send_all(encode_load(spec))
+            assert (await next_frame()).kind is Kind.LOAD_RESULT
+            await peer.send_all(b"".join(map(one_request_batch, (1, 2, 3))))
+            answered = []
+            while len(answered) < 2:
+                frame = await next_frame()
+                if frame.kind is Kind.RESPONSE:
+                    answered.append(decode_reply(frame).batch_id)
+            await peer.send_all(encode(Kind.SHUTDOWN, {}))
+    assert answered == [1, 3]
+    assert exits == [(1, "batch 2: its answer could not be sent")]
+    await peer.aclose()
+    await stream.aclose()

@@ -413,6 +413,12 @@ class Worker:
         try:
             reply = self._reply_to(job)
             self._send_from_thread(encode_reply(reply) + self._metrics_frame())
+        except Exception as exc:
+            # The batch's answer cannot be sent: end the process, so that the server fails
+            # the batch at once and restarts the worker, rather than waiting for the
+            # response timeout (nothing else would answer these requests).
+            log.error("batch %d: its answer could not be sent", job.batch_id, exc_info=exc)
+            self._exit(1, f"batch {job.batch_id}: its answer could not be sent")
         finally:
             self._cancels.release([item.request_id for item in job.items])
 
