@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import sys
 import threading
@@ -19,7 +18,7 @@ from typing import NoReturn
 import pytest
 import trio
 
-from trioserve.core.frames import Frame, FrameDecoder, Kind, encode
+from trioserve.core.frames import Kind, encode
 from trioserve.core.messages import (
     LoadSpec,
     Param,
@@ -29,7 +28,9 @@ from trioserve.core.messages import (
     encode_load,
 )
 from trioserve.worker.handler_thread import HandlerThread
-from trioserve.worker.main import Worker, write_all
+from trioserve.worker.main import write_all
+
+from .worker_socket import socket_worker
 
 # -- HandlerThread.submit -----------------------------------------------------------------------
 
@@ -123,18 +124,9 @@ async def test_batches_during_and_after_load_answered_in_order(
 ) -> None:
     (tmp_path / "slow_echo.py").write_text(SLOW_ECHO)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
-    peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
-    worker = Worker(stream, exit_fn=fake_exit, parent_pid=os.getppid())
-    decoder = FrameDecoder()
-    pending: list[Frame] = []
+    sw = socket_worker(fake_exit)
+    worker, peer, next_frame = sw.worker, sw.peer, sw.next_frame
     status: list[int] = []
-
-    async def next_frame() -> Frame:
-        while not pending:
-            pending.extend(decoder.feed(await peer.receive_some(1 << 16)))
-        return pending.pop(0)
 
     async def serve() -> None:
         status.append(await worker.run())
@@ -165,8 +157,7 @@ async def test_batches_during_and_after_load_answered_in_order(
     assert answered == [1, 2, 3, 4, 5, 6]
     assert pongs == 1
     assert status == [0]
-    await peer.aclose()
-    await stream.aclose()
+    await sw.aclose()
 
 
 async def test_an_answer_that_cannot_be_sent_ends_the_worker(
@@ -192,17 +183,8 @@ async def test_an_answer_that_cannot_be_sent_ends_the_worker(
         exits.append((status, why))
         raise Exited(status, why)
 
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
-    peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
-    worker = Worker(stream, exit_fn=recording_exit, parent_pid=os.getppid())
-    decoder = FrameDecoder()
-    pending: list[Frame] = []
-
-    async def next_frame() -> Frame:
-        while not pending:
-            pending.extend(decoder.feed(await peer.receive_some(1 << 16)))
-        return pending.pop(0)
+    sw = socket_worker(recording_exit)
+    worker, peer, next_frame = sw.worker, sw.peer, sw.next_frame
 
     spec = LoadSpec("m", "1", str(tmp_path), "slow_echo", batch_size=1)
     with trio.fail_after(20):
@@ -219,5 +201,4 @@ async def test_an_answer_that_cannot_be_sent_ends_the_worker(
             await peer.send_all(encode(Kind.SHUTDOWN, {}))
     assert answered == [1, 3]
     assert exits == [(1, "batch 2: its answer could not be sent")]
-    await peer.aclose()
-    await stream.aclose()
+    await sw.aclose()

@@ -10,8 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 import threading
 from pathlib import Path
@@ -23,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trioserve.core import messages
-from trioserve.core.frames import Frame, FrameDecoder, FrameError, Kind, decode, encode
+from trioserve.core.frames import Frame, FrameError, Kind, decode, encode
 from trioserve.core.messages import (
     LoadSpec,
     Param,
@@ -36,7 +34,8 @@ from trioserve.worker import wire
 from trioserve.worker.cancellation import CancelBook
 from trioserve.worker.codec import MAX_FAST_DEPTH, dumps_indent2, encode_output
 from trioserve.worker.handler_thread import THREAD_NAME, HandlerThread
-from trioserve.worker.main import Worker
+
+from .worker_socket import socket_worker
 
 # -- dumps_indent2 ------------------------------------------------------------------------------
 
@@ -269,19 +268,9 @@ async def test_worker_over_a_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     the socket takes at once) and the reused read buffer (a frame split across reads)."""
     (tmp_path / "sock_echo.py").write_text(ECHO)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
-    peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
-    worker = Worker(stream, exit_fn=fake_exit, parent_pid=os.getppid())
-    decoder = FrameDecoder()
-    pending: list[Frame] = []
+    sw = socket_worker(fake_exit, send_buffer=4096)
+    worker, peer, next_frame = sw.worker, sw.peer, sw.next_frame
     status: list[int] = []
-
-    async def next_frame() -> Frame:
-        while not pending:
-            pending.extend(decoder.feed(await peer.receive_some(1 << 16)))
-        return pending.pop(0)
 
     async def serve() -> None:
         status.append(await worker.run())
@@ -310,5 +299,4 @@ async def test_worker_over_a_socket(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             assert (pong.kind, pong.meta) == (Kind.PONG, {"n": 3})
             await peer.send_all(encode(Kind.SHUTDOWN, {}))
     assert status == [0]
-    await peer.aclose()
-    await stream.aclose()
+    await sw.aclose()
