@@ -43,7 +43,6 @@ import os
 import platform
 import select
 import shutil
-import signal
 import socket
 import statistics
 import struct
@@ -59,7 +58,7 @@ from typing import Any
 import psutil
 import torch
 
-from trioserve.launch import launch
+from trioserve.launch import launch, stop
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_DIR = REPO / "handlers" / "batched"
@@ -149,13 +148,7 @@ class Server:
     batch_log: Path
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop(self.process)
 
 
 def build_store(workdir: Path, hidden: int) -> Path:

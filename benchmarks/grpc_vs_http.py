@@ -21,7 +21,6 @@ import asyncio
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,7 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
     PredictionResponse,
     PredictionsRequest,
 )
-from trioserve.launch import launch
+from trioserve.launch import launch, stop
 
 REPO = Path(__file__).resolve().parents[1]
 ECHO_HANDLER = REPO / "handlers" / "echo" / "echo_handler.py"
@@ -52,13 +51,7 @@ class Server:
     how: str
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop(self.process)
 
 
 def start_server(workdir: Path, workers: int) -> Server:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -92,3 +93,18 @@ def launch(
     finally:
         os.close(read_fd)
     return Launched(process, report.decode(errors="replace").splitlines())
+
+
+def stop(process: subprocess.Popen[bytes], grace: float = 30.0) -> int | None:
+    """SIGTERM a launched server and wait ``grace`` seconds for its drain; then SIGKILL.
+
+    Returns its exit status, or None when it had to be killed."""
+    if process.poll() is not None:
+        return process.returncode
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+        return None

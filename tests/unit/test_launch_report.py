@@ -41,3 +41,27 @@ def test_a_server_that_is_not_ready_has_no_addresses(lines: tuple[str, ...]) -> 
     report = launched(*lines)
     assert not report.ready
     assert report.bound == {}
+
+
+def test_stop_terminates_then_kills() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from trioserve.launch import stop
+
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    assert stop(polite, grace=10) == -signal.SIGTERM
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, sys, time\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         "print('ready', flush=True)\n"
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == b"ready\n"
+    assert stop(stubborn, grace=0.5) is None
+    assert stubborn.returncode == -signal.SIGKILL
+    stubborn.stdout.close()
+    assert stop(stubborn) == -signal.SIGKILL  # already gone: its status, nothing sent
