@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trioserve._collate import ffi
+from trioserve.collate import aligned_buffer
 from trioserve.core import frames
 from trioserve.core.frames import ALIGN, FrameDecoder, FrameError, Kind, decode, encode
 from trioserve.core.messages import (
@@ -55,6 +57,29 @@ def test_decoder_handles_any_chunking(blobs: list[bytes], step: int) -> None:
     assert got[1].final
     assert [bytes(b) for b in got[1].blobs] == blobs
     assert dec.pending == 0
+
+
+def test_decoder_stores_frames_where_allocate_says() -> None:
+    """Each frame is copied into storage from ``allocate``: with 64-byte-aligned storage
+    (the worker's), every blob is aligned in memory as well as within the frame."""
+    given_out: list[memoryview] = []
+
+    def allocate(size: int) -> memoryview:
+        given_out.append(aligned_buffer(size))
+        return given_out[-1]
+
+    blobs = [b"a" * 3, b"b" * 100, b""]
+    stream = encode(Kind.BATCH, {"k": 1}, list(blobs)) + encode(Kind.PING, {})
+    assert FrameDecoder(allocate=allocate).feed(stream[:7]) == []
+    got = FrameDecoder(allocate=allocate).feed(stream)
+    assert [f.kind for f in got] == [Kind.BATCH, Kind.PING]
+    assert [bytes(b) for b in got[0].blobs] == blobs
+    storage = given_out[-2]  # the second decoder's first frame
+    for blob in got[0].blobs:
+        address = int(ffi.cast("uintptr_t", ffi.from_buffer(blob)))
+        assert address % ALIGN == 0
+        base = int(ffi.cast("uintptr_t", ffi.from_buffer(storage)))
+        assert base <= address <= base + storage.nbytes
 
 
 @given(st.binary(max_size=200))

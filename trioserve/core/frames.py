@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -142,17 +143,25 @@ def decode(buf: bytes | bytearray | memoryview) -> Frame:
 class FrameDecoder:
     """Incremental decoder: feed bytes, take whole frames.
 
-    Each frame is copied once, into a writable ``bytearray`` of exactly its size, so its
-    blobs can outlive later reads and be wrapped without copying (``torch.frombuffer``
-    needs a writable buffer). The size limit is checked on the length prefix, before any
-    of the frame is buffered.
+    Each frame is copied once, into a writable buffer of exactly its size from
+    ``allocate`` (a zeroed ``bytearray`` by default), so its blobs can outlive later reads
+    and be wrapped without copying (``torch.frombuffer`` needs a writable buffer). Blobs
+    sit on 64-byte boundaries of the frame; they are 64-byte aligned in memory too when
+    ``allocate`` returns aligned storage (the worker passes
+    :func:`trioserve.collate.aligned_buffer`). The size limit is checked on the length
+    prefix, before any of the frame is buffered.
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        allocate: Callable[[int], bytearray | memoryview] = bytearray,
+    ) -> None:
         self._head = bytearray()
-        self._frame: bytearray | None = None
+        self._frame: bytearray | memoryview | None = None
         self._fill = 0
         self._max = max_frame
+        self._allocate = allocate
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         frames: list[Frame] = []
@@ -169,7 +178,7 @@ class FrameDecoder:
                     raise FrameError(
                         f"frame of {length + 4} bytes exceeds the limit of {self._max} bytes"
                     )
-                self._frame = bytearray(length + 4)
+                self._frame = self._allocate(length + 4)
                 self._frame[:4] = self._head
                 self._fill = 4
                 self._head = bytearray()

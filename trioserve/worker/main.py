@@ -38,6 +38,7 @@ from typing import NoReturn
 import outcome
 import trio
 
+from trioserve.collate import aligned_buffer
 from trioserve.core.frames import Frame, FrameDecoder, FrameError, Kind, encode
 from trioserve.core.messages import (
     BatchReply,
@@ -256,7 +257,9 @@ class Worker:
                 self._exit(1, "the parent process died")
 
     async def _read_loop(self) -> None:
-        decoder = FrameDecoder()
+        # Frames land in 64-byte-aligned storage: the blobs (collated batch tensors among
+        # them) are then aligned in memory, not only within the frame.
+        decoder = FrameDecoder(allocate=aligned_buffer)
         buffer = bytearray(READ_SIZE if self._socket is not None else 0)
         while True:
             try:
