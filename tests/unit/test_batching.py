@@ -33,6 +33,20 @@ def make(
 # -- examples, one per rule ------------------------------------------------------------------
 
 
+def test_has_work_while_items_are_queued_or_expired_unreported() -> None:
+    policy = make(batch_size=4)
+    assert not policy.has_work
+    policy.submit("a", 0.0)
+    assert policy.has_work
+    policy.worker_idle("w")
+    assert [type(d) for d in policy.poll(0.0)] == [Dispatch]
+    assert not policy.has_work
+    policy.submit("b", 0.0, deadline=-1.0)  # expired on arrival: reported by the next poll
+    assert policy.has_work
+    assert [type(d) for d in policy.poll(0.0)] == [Expire]
+    assert not policy.has_work
+
+
 def test_lone_request_is_dispatched_at_once() -> None:
     policy = make(max_delay=0.05)
     policy.submit("a", 10.0)
@@ -521,6 +535,13 @@ class PolicyMachine(RuleBasedStateMachine):
         return list(decisions)
 
     def check_wakeup(self) -> float | None:
+        # has_work: while it is false no poll, now or ever (without new events), decides
+        # anything, so the driver may skip waking for a worker's offer.
+        if self.queue:
+            assert self.policy.has_work
+        if not self.policy.has_work:
+            event("no work")
+            assert copy.deepcopy(self.policy).poll(self.now + 1e9) == []
         wake = self.policy.next_wakeup(self.now)
         if wake is None:
             assert copy.deepcopy(self.policy).poll(self.now + 1e9) == []

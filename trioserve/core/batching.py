@@ -205,6 +205,13 @@ class BatchPolicy(Generic[T, W]):
         """Items waiting in the queue (not those found expired and not yet polled)."""
         return len(self._queue)
 
+    @property
+    def has_work(self) -> bool:
+        """Whether :meth:`poll` could decide anything: items are queued (or found expired).
+        While it is false, a worker that becomes idle or offers to prefetch changes no
+        decision, so the driver need not poll for it (the next :meth:`submit` will)."""
+        return bool(self._queue or self._expired)
+
     def queued(self) -> list[T]:
         """The queued items, oldest first."""
         return list(self._queue)
