@@ -552,9 +552,10 @@ def collate(
     bad = _new("uint64_t *")
     lengths = _new("int64_t[]", n) if count > 1 else _NULL  # one shape: not ragged
     out_len = 0
+    args = (ptrs, lens, shape_array, count, n, ndim, itemsize)
     if out is None:
         # Inputs are checked before an output is allocated: bad shapes allocate nothing.
-        rc = lib.ts_collate_check(ptrs, lens, shape_array, count, n, ndim, itemsize, layout, bad)
+        rc = lib.ts_collate_check(*args, layout, bad)
         view = aligned_buffer(int(layout.nbytes) if rc == lib.TS_OK else 0)
     else:
         rc = lib.TS_OK
@@ -562,26 +563,12 @@ def collate(
     if rc == lib.TS_OK:
         out_ptr = _writable(view, "out")
         out_len = len(out_ptr)
-        rc = lib.ts_collate(
-            ptrs,
-            lens,
-            shape_array,
-            count,
-            n,
-            ndim,
-            itemsize,
-            out_ptr,
-            out_len,
-            lengths,
-            layout,
-            bad,
-        )
+        rc = lib.ts_collate(*args, out_ptr, out_len, lengths, layout, bad)
     if rc != lib.TS_OK:
         raise _collate_failure(rc, int(bad[0]), tuples, itemsize, keep, out_len, layout)
-    first = tuples[0] if tuples else ()
     return Collated(
         view[: layout.nbytes],
-        (n, layout.max_rows, *first[1:]) if first else (n,),
+        _out_shape(n, int(layout.max_rows), tuples),
         tuple(ffi.unpack(lengths, n)) if layout.ragged else None,
     )
 
