@@ -26,19 +26,8 @@ def batch_sizes(server: Server) -> list[int]:
 
 
 def fire(server: Server, bodies: list[bytes]) -> list[httpx.Response | None]:
-    """Send the bodies concurrently (one thread each); answers in the same order."""
-    out: list[httpx.Response | None] = [None] * len(bodies)
-
-    def call(i: int) -> None:
-        out[i] = httpx.post(f"{server.url}/predictions/batch", content=bodies[i], timeout=30)
-
-    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(bodies))]
-    for t in threads:
-        t.start()
-        time.sleep(0.01)
-    for t in threads:
-        t.join()
-    return out
+    """Send the bodies concurrently to the model ``batch``; answers in the same order."""
+    return fire_to(server, "batch", bodies)
 
 
 def occupy(server: Server, seconds: float) -> threading.Thread:
@@ -128,6 +117,7 @@ def test_tensor_inputs_reach_the_handler_as_one_padded_batch(make_server) -> Non
 
 
 def fire_to(server: Server, model: str, bodies: list[bytes]) -> list[httpx.Response | None]:
+    """Send the bodies concurrently to ``model`` (one thread each); answers in the same order."""
     out: list[httpx.Response | None] = [None] * len(bodies)
 
     def call(i: int) -> None:
