@@ -15,6 +15,7 @@ import datetime as dt
 import enum
 import logging
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,15 @@ class WorkerSettings:
     prefetch: bool = False
 
 
+@dataclass(slots=True, eq=False)
+class _Sent:
+    """A batch sent to the worker process and not ended yet."""
+
+    batch_id: int
+    jobs: list[Job]
+    started: float  # when it started running (or was sent, while it waits behind another)
+
+
 class WorkerFailure(Exception):
     """The worker process failed; ``error`` is what its in-flight jobs get."""
 
@@ -93,8 +103,8 @@ class Worker:
         self.name = name
         self.settings = settings
         self._batcher = batcher
-        self._inbox: list[Job] | None = None
-        self._assigned = trio.Event()
+        self._inbox: list[Job] | None = None  # assigned by the batcher, not yet sent
+        self._wake = trio.Event()  # set on every event _serve waits for
         self._launcher = launcher
         self.state = WorkerState.STARTING
         self.pid: int | None = None
@@ -103,11 +113,12 @@ class Worker:
         self.failures = 0
         self.restarts = 0
         self._stop_requested = False
-        self._idle_scope: trio.CancelScope | None = None
         self._inflight: dict[str, Job] = {}
-        # A batch sent behind the one running (a full batch the worker starts as soon as it
-        # finishes the current one); it has not started, so a failure requeues it.
-        self._behind: tuple[int, list[Job]] | None = None  # (batch id, jobs)
+        # Batches sent to the process and not ended, in order: the first one runs; one
+        # behind it (a full batch the process starts as soon as the running one ends) has
+        # not started, so a failure requeues it.
+        self._sent: deque[_Sent] = deque()
+        self._failure: WorkerFailure | None = None  # reported by the frame reader
         self._state_changed = trio.Event()
         self._cancel_send, self._cancel_recv = trio.open_memory_channel[str](math.inf)
         self._batch_id = 0
@@ -144,8 +155,7 @@ class Worker:
     def request_stop(self) -> None:
         """Finish the batch in hand (if any), then stop the process and end :meth:`run`."""
         self._stop_requested = True
-        if self._idle_scope is not None:
-            self._idle_scope.cancel()
+        self._wake.set()
         if self.state is WorkerState.BACKOFF or self.state is WorkerState.STARTING:
             self._set_state(self.state)  # wake waiters
         self._wake_backoff.cancel()
@@ -193,6 +203,7 @@ class Worker:
     async def _run_process(self) -> None:
         self._set_state(WorkerState.STARTING)
         self.pid = None
+        self._failure = None
         conn: WorkerConnection | None = None
         process: WorkerProcess | None = None
         failure: WorkerFailure | None = None
@@ -208,6 +219,7 @@ class Worker:
                 if self.settings.on_loaded is not None:
                     self.settings.on_loaded(self.name, (trio.current_time() - load_began) * 1000.0)
                 nursery.start_soon(self._send_cancels, conn)
+                nursery.start_soon(self._read_frames, conn, process)
                 await self._serve(conn, process)
             except WorkerFailure as exc:
                 failure = exc
@@ -289,23 +301,25 @@ class Worker:
         self._cancel_send.send_nowait(job.request_id)
 
     def assign(self, batch: list[Job]) -> None:
-        """The batcher hands this (idle) worker a batch."""
+        """The batcher hands this worker a batch (it said it was idle, or offered to take a
+        full batch behind the running one)."""
         self._inbox = batch
-        self._assigned.set()
+        self._wake.set()
 
     def _return_unclaimed(self) -> None:
-        """A batch assigned but never taken goes back to the batcher's queue."""
+        """A batch assigned but never sent goes back to the batcher's queue."""
         if self._inbox is not None:
             batch, self._inbox = self._inbox, None
             self._batcher.requeue(self, batch)
 
     def _return_behind(self) -> None:
-        """The batch sent behind the running one never started: it goes back to the queue
-        (it was the batcher's last dispatch to this worker)."""
-        if self._behind is None:
-            return
-        (_batch_id, batch), self._behind = self._behind, None
-        self._requeue_sent(batch)
+        """Batches sent behind the running one never started: they go back to the queue (the
+        last of them was the batcher's last dispatch to this worker; there is at most one).
+        The running batch's jobs stay in flight, to be failed."""
+        behind = list(self._sent)[1:]
+        self._sent.clear()
+        for sent in behind:
+            self._requeue_sent(sent.jobs)
 
     def _requeue_sent(self, batch: list[Job]) -> None:
         back = [job for job in batch if job.state is JobState.RUNNING]
@@ -314,56 +328,133 @@ class Worker:
             job.unstart()
         self._batcher.requeue(self, back)
 
-    async def _take_batch(self, conn: WorkerConnection, process: WorkerProcess) -> list[Job]:
-        """Tell the batcher this worker is idle and wait for a batch; meanwhile keep reading
-        the worker (trailing METRICS frames, and EOF: a worker that dies while idle is
-        restarted before any job reaches it)."""
-        failure: list[WorkerFailure] = []
-        self._idle_scope = trio.CancelScope()
-        self._batcher.worker_idle(self)
-        try:
-            with self._idle_scope:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._watch_idle, conn, process, failure, nursery)
-                    await self._assigned.wait()
-                    nursery.cancel_scope.cancel()
-        except BaseException:
-            self._return_unclaimed()
-            raise
-        finally:
-            self._idle_scope = None
-        if failure or self._stop_requested:
-            self._return_unclaimed()
-            if failure:
-                raise failure[0]
-            return []
+    def _claim(self) -> list[Job]:
+        """Take the assigned batch; jobs whose clients left since the dispatch are dropped."""
         batch, self._inbox = self._inbox or [], None
-        self._assigned = trio.Event()
-        # Jobs whose clients left between dispatch and now are dropped.
         return [job for job in batch if job.state is JobState.QUEUED]
 
-    async def _watch_idle(
-        self,
-        conn: WorkerConnection,
-        process: WorkerProcess,
-        failure: list[WorkerFailure],
-        nursery: trio.Nursery,
-    ) -> None:
+    async def _sleep(self, deadline: float = math.inf) -> bool:
+        """Wait for the next event (a batch assigned or finished, a failure, a stop request);
+        False if ``deadline`` came first."""
+        self._wake = trio.Event()
+        with trio.move_on_at(deadline):
+            await self._wake.wait()
+            return True
+        return False
+
+    # -- serving ---------------------------------------------------------------------
+
+    async def _serve(self, conn: WorkerConnection, process: WorkerProcess) -> None:
+        """Send batches as the batcher assigns them; the frame reader (:meth:`_read_frames`)
+        routes the answers and reports the end of each batch and any failure.
+
+        While a batch runs, a batching worker offers to take one full batch behind it and
+        sends it at once, so the process starts it as soon as the running one ends. The
+        running batch is bounded by ``response_timeout`` from the moment it starts.
+        """
+        self.failures = 0
+        self._reached_ready = True
+        timeout = self.settings.response_timeout
+        offered = False  # a prefetch offer stands
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            if self._inbox is not None:
+                # Assigned while idle, behind the running batch, or just as it finished.
+                offered = False
+                if self._stop_requested:
+                    self._return_unclaimed()
+                    continue
+                batch = self._claim()
+                if not batch:
+                    if self._sent:
+                        self._batcher.requeue(self, [])  # the offer was used up: renew it
+                    continue  # idle: the next pass reports it idle again
+                if not self._sent:
+                    self._set_state(WorkerState.BUSY)
+                await self._send_batch(conn, batch)
+                continue
+            if not self._sent:
+                if self._stop_requested:
+                    return
+                offered = False
+                self._set_state(WorkerState.READY)
+                self._batcher.worker_idle(self)
+                while self._inbox is None and self._failure is None and not self._stop_requested:
+                    await self._sleep()
+                continue
+            running = self._sent[0]
+            if (
+                self.settings.prefetch
+                and not offered
+                and len(self._sent) == 1
+                and not self._stop_requested
+            ):
+                self._batcher.worker_prefetch(self)
+                offered = True
+            ended = await self._sleep(running.started + timeout)
+            if not ended and self._sent and self._sent[0] is running:
+                raise WorkerFailure(
+                    errors.worker_died(
+                        f"The request exceeded response_timeout ({timeout:g} s); "
+                        "the worker was restarted."
+                    ),
+                    detail=f"a batch exceeded response_timeout ({timeout:g} s)",
+                )
+            if not self._sent and offered:
+                # The batch ended with nothing behind it: the offer goes with it (the next
+                # pass reports the worker idle, unless a batch was assigned meanwhile).
+                offered = False
+                self._batcher.worker_busy(self)
+
+    async def _send_batch(self, conn: WorkerConnection, batch: list[Job]) -> None:
+        for job in batch:
+            job.start(self._on_job_cancel)
+            self._inflight[job.request_id] = job
+        self._batch_id += 1
+        sent = _Sent(self._batch_id, batch, trio.current_time())
+        # Listed before it is written: the reader may see its answer before send() returns.
+        self._sent.append(sent)
+        try:
+            # A frame is never cut short by a stop request: only force_stop cancels here.
+            await conn.send(self.settings.frame_builder(self._batch_id, batch))
+        except BaseException:
+            # Never reached the worker: give the jobs back to the queue, in order.
+            self._sent.remove(sent)
+            self._requeue_sent(batch)
+            raise
+
+    # -- the frame reader ------------------------------------------------------------
+
+    async def _read_frames(self, conn: WorkerConnection, process: WorkerProcess) -> None:
+        """Read every frame the worker sends while it serves: answers go to their jobs,
+        metrics to the sink; EOF or a broken connection is reported to :meth:`_serve` as
+        the failure of this process."""
         try:
             while True:
                 frame = await conn.receive()
                 if frame is None:
                     error = await self._died_error(process)
-                    failure.append(
-                        WorkerFailure(error, detail=f"the idle worker exited: {error.message}")
-                    )
-                    break
-                self._other_frame(frame)
-        except (FrameError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            failure.append(
-                WorkerFailure(errors.worker_died(), detail=f"the idle worker broke: {exc}")
+                    if self._sent:
+                        self._report(WorkerFailure(error, detail=error.message))
+                    else:
+                        detail = f"the idle worker exited: {error.message}"
+                        self._report(WorkerFailure(error, detail=detail))
+                    return
+                if frame.kind is Kind.RESPONSE:
+                    self._on_reply(frame)
+                else:
+                    self._other_frame(frame)
+        except FrameError as exc:
+            self._report(
+                WorkerFailure(
+                    errors.worker_died("The worker sent a malformed or oversized frame."),
+                    detail=f"protocol error: {exc}",
+                )
             )
-        nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            error = await self._died_error(process)
+            self._report(WorkerFailure(error, detail=f"connection lost ({exc}): {error}"))
 
     def _other_frame(self, frame: Frame) -> None:
         """A frame that is not an answer: metrics go to the sink, the rest is ignored."""
@@ -372,131 +463,41 @@ class Worker:
             if isinstance(records, list):
                 self.settings.on_metrics(records)
 
-    async def _serve(self, conn: WorkerConnection, process: WorkerProcess) -> None:
-        self.failures = 0
-        self._reached_ready = True
-        current: tuple[int, list[Job]] | None = None  # sent, its replies not all in
-        while True:
-            if current is None:
-                if self._stop_requested:
-                    return
-                self._set_state(WorkerState.READY)
-                batch = await self._take_batch(conn, process)
-                if not batch:
-                    continue
-                self._set_state(WorkerState.BUSY)
-                current = (await self._send_batch(conn, batch), batch)
-            current = await self._collect_and_prefetch(conn, process, *current)
+    def _report(self, failure: WorkerFailure) -> None:
+        if self._failure is None:
+            self._failure = failure
+        self._wake.set()
 
-    async def _send_batch(self, conn: WorkerConnection, batch: list[Job]) -> int:
-        for job in batch:
-            job.start(self._on_job_cancel)
-            self._inflight[job.request_id] = job
-        self._batch_id += 1
-        try:
-            await conn.send(self.settings.frame_builder(self._batch_id, batch))
-        except BaseException:
-            # Never reached the worker: give the jobs back to the queue, in order.
-            self._requeue_sent(batch)
-            raise
-        return self._batch_id
-
-    async def _collect_and_prefetch(
-        self, conn: WorkerConnection, process: WorkerProcess, batch_id: int, batch: list[Job]
-    ) -> tuple[int, list[Job]] | None:
-        """Collect the replies of the running batch; meanwhile offer to take a full batch
-        behind it and send that at once. Returns the batch behind, if one was sent."""
-        if self._stop_requested or not self.settings.prefetch:
-            await self._collect(conn, process, batch_id, batch)
-            return None
-        # Failures are carried out of the nursery, not raised in it: the callers catch
-        # WorkerFailure and connection errors themselves, not exception groups.
-        failures: list[Exception] = []
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._prefetch, conn, failures)
-            try:
-                await self._collect(conn, process, batch_id, batch)
-            except Exception as exc:
-                failures.append(exc)
-            nursery.cancel_scope.cancel()
-        if failures:
-            raise failures[0]
-        # The running batch is done, so the one behind (if any) is running now. A batch
-        # assigned just as the running one finished goes next all the same.
-        behind, self._behind = self._behind, None
-        if behind is None and self._inbox is not None:
-            behind = await self._send_assigned(conn)
-        if behind is None:
-            self._batcher.worker_busy(self)  # withdraw the offer
-        return behind
-
-    async def _prefetch(self, conn: WorkerConnection, failures: list[Exception]) -> None:
-        try:
-            self._batcher.worker_prefetch(self)
-            await self._assigned.wait()
-            self._behind = await self._send_assigned(conn)
-        except Exception as exc:
-            failures.append(exc)
-
-    async def _send_assigned(self, conn: WorkerConnection) -> tuple[int, list[Job]] | None:
-        """Send the batch the batcher assigned behind the running one; None if every job
-        of it was cancelled meanwhile."""
-        batch, self._inbox = self._inbox or [], None
-        self._assigned = trio.Event()
-        batch = [job for job in batch if job.state is JobState.QUEUED]
-        if not batch:
-            self._batcher.requeue(self, [])
-            return None
-        # A frame is never cut short: the send finishes even if the collector is done.
-        with trio.CancelScope(shield=True):
-            batch_id = await self._send_batch(conn, batch)
-        return batch_id, batch
-
-    async def _collect(
-        self, conn: WorkerConnection, process: WorkerProcess, batch_id: int, batch: list[Job]
-    ) -> None:
-        timeout = self.settings.response_timeout
-        pending = {job.request_id for job in batch if job.request_id in self._inflight}
-        with trio.move_on_after(timeout) as scope:
-            while pending:
-                frame = await conn.receive()
-                if frame is None:
-                    error = await self._died_error(process)
-                    raise WorkerFailure(error, detail=error.message)
-                if frame.kind is not Kind.RESPONSE:
-                    self._other_frame(frame)
-                    continue
-                reply = decode_reply(frame)
-                if reply.batch_id != batch_id:
-                    continue
-                if reply.code != 200:
-                    self._fail_batch(pending, errors.prediction_failed(reply.code, reply.message))
-                    return
-                for item in reply.replies:
-                    job = self._inflight.get(item.request_id)
-                    if job is not None:
-                        job.deliver(item, final=reply.final)
-                    if reply.final:
-                        self._inflight.pop(item.request_id, None)
-                        pending.discard(item.request_id)
-                if reply.final:
-                    mismatch = errors.prediction_failed(503, "number of batch response mismatched")
-                    self._fail_batch(pending, mismatch)
-                    return
-        if scope.cancelled_caught:
-            raise WorkerFailure(
-                errors.worker_died(
-                    f"The request exceeded response_timeout ({timeout:g} s); "
-                    "the worker was restarted."
-                ),
-                detail=f"a batch exceeded response_timeout ({timeout:g} s)",
-            )
-
-    def _fail_batch(self, request_ids: set[str], error: ServeError) -> None:
-        for request_id in request_ids:
-            job = self._inflight.pop(request_id, None)
+    def _on_reply(self, frame: Frame) -> None:
+        reply = decode_reply(frame)
+        sent = next((s for s in self._sent if s.batch_id == reply.batch_id), None)
+        if sent is None:
+            return  # an answer to a batch already ended (failed, timed out): dropped
+        if reply.code != 200:
+            self._fail_batch(sent, errors.prediction_failed(reply.code, reply.message))
+            return
+        for item in reply.replies:
+            job = self._inflight.get(item.request_id)
             if job is not None:
+                job.deliver(item, final=reply.final)
+            if reply.final:
+                self._inflight.pop(item.request_id, None)
+        if reply.final:
+            # Every job answered is out of flight; any job left had no answer in the batch.
+            mismatch = errors.prediction_failed(503, "number of batch response mismatched")
+            self._fail_batch(sent, mismatch)
+
+    def _fail_batch(self, sent: _Sent, error: ServeError) -> None:
+        """The batch ended: its jobs still without an answer fail with ``error``, and the
+        batch behind it (if any) is running from now on."""
+        for job in sent.jobs:
+            if self._inflight.pop(job.request_id, None) is not None:
                 job.fail(error)
+        was_running = self._sent[0] is sent
+        self._sent.remove(sent)
+        if was_running and self._sent:
+            self._sent[0].started = trio.current_time()
+        self._wake.set()
 
     def _fail_inflight(self, error: ServeError) -> None:
         jobs = list(self._inflight.values())
