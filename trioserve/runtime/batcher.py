@@ -94,10 +94,6 @@ class Batcher:
         if self._policy.has_work:
             self._changed.set()
 
-    def worker_busy(self, worker: BatchTaker) -> None:
-        """The busy ``worker`` withdraws its offer to take a batch behind."""
-        self._policy.worker_busy(worker)
-
     def worker_gone(self, worker: BatchTaker) -> None:
         self._policy.worker_gone(worker)
         self._changed.set()

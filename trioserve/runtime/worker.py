@@ -377,7 +377,7 @@ class Worker:
             if not self._sent:
                 if self._stop_requested:
                     return
-                offered = False
+                offered = False  # reporting idle withdraws the offer
                 self._set_state(WorkerState.READY)
                 self._batcher.worker_idle(self)
                 while self._inbox is None and self._failure is None and not self._stop_requested:
@@ -401,11 +401,6 @@ class Worker:
                     ),
                     detail=f"a batch exceeded response_timeout ({timeout:g} s)",
                 )
-            if not self._sent and offered:
-                # The batch ended with nothing behind it: the offer goes with it (the next
-                # pass reports the worker idle, unless a batch was assigned meanwhile).
-                offered = False
-                self._batcher.worker_busy(self)
 
     async def _send_batch(self, conn: WorkerConnection, batch: list[Job]) -> None:
         for job in batch:
