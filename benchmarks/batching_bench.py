@@ -302,9 +302,10 @@ class Load:
             return "none logged"
         return f"{len(self.batches)}, {statistics.fmean(self.batches):.1f}"
 
-    def batch_histogram(self) -> str:
-        counts = collections.Counter(self.batches)
-        return ", ".join(f"{n} x {size}" for size, n in sorted(counts.items(), reverse=True))
+
+def histogram(sizes: list[int]) -> str:
+    counts = collections.Counter(sizes)
+    return ", ".join(f"{n} x {size}" for size, n in sorted(counts.items(), reverse=True))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -405,41 +406,17 @@ def cpu_seconds(server: Server) -> dict[str, float]:
     return used
 
 
-def measure_server(
-    server: Server, model: Any, args: argparse.Namespace
-) -> tuple[Load, Load, dict[str, float]]:
-    rows = inputs(args.concurrency)
+def make_callers(server: Server, model: Any, concurrency: int) -> list[HttpCaller]:
+    rows = inputs(concurrency)
     classes = expected_classes(model, rows)
     bodies = [struct.pack(f"<{NUM_FEATURES}f", *row.tolist()) for row in rows]
-    callers = [
-        HttpCaller(server.port, body, cls) for body, cls in zip(bodies, classes, strict=True)
-    ]
-    try:
-        # Warm-up: connections, the worker's TorchScript profiling runs, every batch shape.
-        run_load("warm-up", callers, max(500, args.concurrency * 8), args.duration)
-        logged = len(batch_sizes(server))
-        before = cpu_seconds(server)
-        serving = run_load("serving", callers, args.requests, args.duration)
-        after = cpu_seconds(server)
-        serving.batches = batch_sizes(server)[logged:]
-        answered = max(1, len(serving.latencies))
-        cpu = {role: (after[role] - before[role]) / answered * 1e6 for role in after}
-
-        logged = len(batch_sizes(server))
-        light = run_load("light load", callers[:1], args.light_requests, args.light_duration)
-        light.batches = batch_sizes(server)[logged:]
-    finally:
-        for caller in callers:
-            caller.close()
-    return serving, light, cpu
-
-
-# -- one model, end to end ----------------------------------------------------------------
+    return [HttpCaller(server.port, body, cls) for body, cls in zip(bodies, classes, strict=True)]
 
 
 @dataclass
-class Run:
-    hidden: int
+class Round:
+    """One round: the model in-process, then through the server, seconds apart."""
+
     local: InProcess
     serving: Load
     light: Load
@@ -453,8 +430,52 @@ class Run:
     def extra_ms(self) -> float:
         return (self.light.median - self.local.single_median) * 1e3
 
+
+def measure_round(
+    server: Server, callers: list[HttpCaller], model: Any, args: argparse.Namespace
+) -> Round:
+    requests = max(1, args.requests // args.rounds)
+    duration = args.duration / args.rounds
+    light_requests = max(1, args.light_requests // args.rounds)
+    light_duration = args.light_duration / args.rounds
+    # The server is idle meanwhile (its worker waits on its socket).
+    local = measure_in_process(model, min(duration, 3.0), light_requests)
+    logged = len(batch_sizes(server))
+    before = cpu_seconds(server)
+    serving = run_load("serving", callers, requests, duration)
+    after = cpu_seconds(server)
+    serving.batches = batch_sizes(server)[logged:]
+    answered = max(1, len(serving.latencies))
+    cpu = {role: (after[role] - before[role]) / answered * 1e6 for role in after}
+    logged = len(batch_sizes(server))
+    light = run_load("light load", callers[:1], light_requests, light_duration)
+    light.batches = batch_sizes(server)[logged:]
+    return Round(local, serving, light, cpu)
+
+
+# -- one model, end to end ----------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    hidden: int
+    rounds: list[Round]
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(r.ratio for r in self.rounds)
+
+    @property
+    def extra_ms(self) -> float:
+        return statistics.median(r.extra_ms for r in self.rounds)
+
     def errors(self) -> int:
-        return sum(self.serving.errors.values()) + sum(self.light.errors.values())
+        return sum(
+            sum(r.serving.errors.values()) + sum(r.light.errors.values()) for r in self.rounds
+        )
+
+    def batches(self, phase: str) -> list[int]:
+        return [size for r in self.rounds for size in getattr(r, phase).batches]
 
 
 def bench_model(hidden: int, args: argparse.Namespace) -> Run:
@@ -462,18 +483,24 @@ def bench_model(hidden: int, args: argparse.Namespace) -> Run:
     try:
         store = build_store(workdir, hidden)
         model = load_scripted(workdir / "build" / "model.pt")
-        local = measure_in_process(model, min(args.duration, 5.0), args.light_requests)
         server = start_server(workdir, store)
+        callers: list[HttpCaller] = []
         try:
-            serving, light, cpu = measure_server(server, model, args)
+            callers = make_callers(server, model, args.concurrency)
+            # Warm-up: connections, the worker's TorchScript profiling runs, every batch shape.
+            run_load("warm-up", callers, max(500, args.concurrency * 8), args.duration)
+            run_load("warm-up", callers[:1], 100, args.light_duration)
+            rounds = [measure_round(server, callers, model, args) for _ in range(args.rounds)]
         finally:
+            for caller in callers:
+                caller.close()
             server.stop()
     finally:
         if args.keep:
             print(f"work folder kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    return Run(hidden, local, serving, light, cpu)
+    return Run(hidden, rounds)
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -495,74 +522,105 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
         f"50 ms, 1 worker, 1 intra-op thread on both sides; loopback, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}, torch {torch.__version__}"
     )
+    print(
+        f"{args.rounds} rounds per model; each round measures the model in-process and then "
+        "through the server, seconds apart, so both see the same machine; verdicts use the "
+        "median round"
+    )
     print()
     print(
-        f"serving: HTTP at concurrency {args.concurrency} (at most {args.requests} requests or "
-        f"{args.duration:g} s) vs the model in-process on batches of {BATCH_SIZE}"
+        f"serving: HTTP at concurrency {args.concurrency} (per round at most "
+        f"{args.requests // args.rounds} requests or {args.duration / args.rounds:g} s) vs the "
+        f"model in-process on batches of {BATCH_SIZE}"
     )
     print(
-        "| model                        | in-process req/s | trioserve req/s | ratio  "
+        "| model                        | round  | in-process req/s | trioserve req/s | ratio  "
         "| p50 ms | p99 ms | batches: n, mean | errors |"
     )
     print(
-        "|------------------------------|-----------------:|----------------:|-------:"
+        "|------------------------------|--------|-----------------:|----------------:|-------:"
         "|-------:|-------:|-----------------:|-------:|"
     )
     for run in runs:
-        s = run.serving
-        batches = s.batch_cell()
+        for index, r in enumerate(run.rounds, 1):
+            s = r.serving
+            print(
+                f"| {model_name(run.hidden):<28} | {index:<6} | {r.local.rate:>16.0f} "
+                f"| {s.rate:>15.0f} | {r.ratio:>6.1%} | {s.median * ms:>6.2f} "
+                f"| {s.quantile(0.99) * ms:>6.2f} | {s.batch_cell():>16} "
+                f"| {sum(s.errors.values()):>6} |"
+            )
         print(
-            f"| {model_name(run.hidden):<28} | {run.local.rate:>16.0f} | {s.rate:>15.0f} "
-            f"| {run.ratio:>6.1%} | {s.median * ms:>6.2f} | {s.quantile(0.99) * ms:>6.2f} "
-            f"| {batches:>16} | {sum(s.errors.values()):>6} |"
+            f"| {model_name(run.hidden):<28} | median | {'':>16} | {'':>15} | {run.ratio:>6.1%} "
+            f"| {'':>6} | {'':>6} | {'':>16} | {'':>6} |"
         )
     print()
-    print("CPU time per answered request in the serving phase (µs), by process:")
+    print("CPU time per answered request in the serving phases (µs), by process:")
     print("| model                        | model alone | trioserve | worker | load generator |")
     print("|------------------------------|------------:|----------:|-------:|---------------:|")
     for run in runs:
-        cpu = run.cpu_us
-        alone = run.local.batch_seconds / BATCH_SIZE * 1e6
+        answered = [len(r.serving.latencies) for r in run.rounds]
+        total = max(1, sum(answered))
+
+        def mean_cpu(role: str, run: Run = run, answered: list[int] = answered) -> float:
+            return sum(r.cpu_us[role] * n for r, n in zip(run.rounds, answered, strict=True))
+
+        alone = statistics.median(r.local.batch_seconds for r in run.rounds) / BATCH_SIZE * 1e6
         print(
-            f"| {model_name(run.hidden):<28} | {alone:>11.0f} | {cpu['trioserve']:>9.0f} "
-            f"| {cpu['worker']:>6.0f} | {cpu['generator']:>14.0f} |"
+            f"| {model_name(run.hidden):<28} | {alone:>11.0f} "
+            f"| {mean_cpu('trioserve') / total:>9.0f} | {mean_cpu('worker') / total:>6.0f} "
+            f"| {mean_cpu('generator') / total:>14.0f} |"
         )
     print()
     print(
-        f"light load: concurrency 1 (at most {args.light_requests} requests or "
-        f"{args.light_duration:g} s) vs one request to the model in-process"
+        f"light load: concurrency 1 (per round at most {args.light_requests // args.rounds} "
+        f"requests or {args.light_duration / args.rounds:g} s) vs one request to the model "
+        "in-process"
     )
     print(
-        "| model                        | model p50 ms | trioserve p50 ms | p90 ms | difference "
-        "| batches: n, mean | errors |"
+        "| model                        | round  | model p50 ms | trioserve p50 ms | p90 ms "
+        "| difference | batches: n, mean | errors |"
     )
     print(
-        "|------------------------------|-------------:|-----------------:|-------:|-----------:"
-        "|-----------------:|-------:|"
+        "|------------------------------|--------|-------------:|-----------------:|-------:"
+        "|-----------:|-----------------:|-------:|"
     )
     for run in runs:
-        light = run.light
-        batches = (
-            f"{len(light.batches)}, {statistics.fmean(light.batches):.1f}" if light.batches else "-"
-        )
+        for index, r in enumerate(run.rounds, 1):
+            light = r.light
+            print(
+                f"| {model_name(run.hidden):<28} | {index:<6} "
+                f"| {r.local.single_median * ms:>12.2f} "
+                f"| {light.median * ms:>16.2f} | {light.quantile(0.90) * ms:>6.2f} "
+                f"| {r.extra_ms:>+7.2f} ms | {light.batch_cell():>16} "
+                f"| {sum(light.errors.values()):>6} |"
+            )
         print(
-            f"| {model_name(run.hidden):<28} | {run.local.single_median * ms:>12.2f} "
-            f"| {light.median * ms:>16.2f} | {light.quantile(0.90) * ms:>6.2f} "
-            f"| {run.extra_ms:>+7.2f} ms | {batches:>16} | {sum(light.errors.values()):>6} |"
+            f"| {model_name(run.hidden):<28} | median | {'':>12} | {'':>16} | {'':>6} "
+            f"| {run.extra_ms:>+7.2f} ms | {'':>16} | {'':>6} |"
         )
     print()
     for run in runs:
+        ratios = ", ".join(f"{r.ratio:.1%}" for r in run.rounds)
+        throughput_ok = run.ratio >= 0.85 and not run.errors()
+        extras = ", ".join(f"{r.extra_ms:+.2f}" for r in run.rounds)
         print(
             f"{model_name(run.hidden)}: server / in-process throughput {run.ratio:.1%} "
-            f"(target >= 85%: {verdict(run.ratio >= 0.85 and not run.serving.errors)}); "
+            f"(rounds: {ratios}; target >= 85%: {verdict(throughput_ok)}); "
             f"light-load median {run.extra_ms:+.2f} ms over the model's own time "
-            f"(target <= 2 ms: {verdict(run.extra_ms <= 2.0 and not run.light.errors)})"
+            f"(rounds: {extras} ms; target <= 2 ms: "
+            f"{verdict(run.extra_ms <= 2.0 and not run.errors())})"
         )
-        for load in (run.serving, run.light):
-            if load.batches:
-                print(f"  {load.name} batch sizes: {load.batch_histogram()}")
-            for message, count in load.errors.most_common(5):
-                print(f"  {load.name} error x{count}: {message}")
+        for phase, label in (("serving", "serving"), ("light", "light load")):
+            sizes = run.batches(phase)
+            if sizes:
+                print(f"  {label} batch sizes: {histogram(sizes)}")
+        errors: collections.Counter[str] = collections.Counter()
+        for r in run.rounds:
+            errors.update(r.serving.errors)
+            errors.update(r.light.errors)
+        for message, count in errors.most_common(5):
+            print(f"  error x{count}: {message}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -579,6 +637,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[REFERENCE_HIDDEN],
         help="hidden widths to run (the reference model is 2048; more show how the ratio "
         "depends on the model's cost per request)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="in-process / server rounds per model; the request counts and durations are split "
+        "between them",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folders (logs)")
     args = parser.parse_args(argv)
