@@ -426,6 +426,29 @@ def test_non_finite_values_are_refused(batched: Any) -> None:
         handler.preprocess([{"body": SAMPLE_BIN}, {"body": bad}])
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        [float("inf")] + [0.0] * 255,
+        [float("-inf")] + [1.0] * 255,
+        [float("inf"), float("-inf")] + [0.0] * 254,  # the sum is NaN, not infinite
+    ],
+)
+def test_infinities_are_refused(batched: Any, values: list[float]) -> None:
+    handler = batched.entry.__self__
+    bad = struct.pack("<256f", *values)
+    with pytest.raises(ValueError, match=r"^request 0: the input holds a NaN or infinite"):
+        handler.preprocess([{"body": bad}, {"body": SAMPLE_BIN}])
+
+
+def test_huge_finite_values_whose_sum_overflows_are_accepted(batched: Any) -> None:
+    handler = batched.entry.__self__
+    huge = struct.pack("<256f", *([3.0e38] * 256))  # finite; their float32 sum is not
+    batch = handler.preprocess([{"body": SAMPLE_BIN}, {"body": huge}])
+    assert tuple(batch.shape) == (2, 256)
+    assert bool(torch.isfinite(batch).all())
+
+
 def test_wrong_length_body_fails_the_batch_in_the_worker(batched: Any) -> None:
     result = batched.infer([(SAMPLE_BIN, OCTET), (bytes(1000), OCTET)])
     # TorchServe's worker turns a handler exception into 503 "Prediction failed".
