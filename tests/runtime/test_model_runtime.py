@@ -18,7 +18,7 @@ from trioserve.runtime.jobs import JobState
 from trioserve.runtime.model import ModelVersion, PoolSettings
 from trioserve.runtime.worker import WorkerSettings, WorkerState
 
-from .fakes import Behaviour, FakeLauncher, FakeProcess
+from .fakes import Behaviour, FakeLauncher, FakeProcess, echo
 
 
 def settings(
@@ -477,4 +477,40 @@ async def test_a_crash_requeues_the_batch_behind_which_never_started() -> None:
         assert outcomes == {"a": 507, "b": b"ok", "c": b"ok"}
         assert ran == [["b", "c"]]
         assert len(launcher.processes) == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_frame_the_server_cannot_handle_restarts_the_worker_not_the_server() -> None:
+    from dataclasses import replace
+
+    from trioserve.core.frames import Kind, encode
+
+    async def metrics_first(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        assert proc.stream is not None
+        await proc.stream.send_all(encode(Kind.METRICS, {"metrics": [{"name": "X"}]}))
+        await echo(proc, batch_id, items)
+
+    calls: list[object] = []
+
+    def broken_sink(records: list[object]) -> None:
+        calls.append(records)
+        if len(calls) == 1:
+            raise RuntimeError("the sink broke")
+
+    base = pool()
+    pool_settings = replace(base, worker=replace(base.worker, on_metrics=broken_sink))
+    launcher = FakeLauncher(behaviour=metrics_first)
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(settings(1), pool_settings, launcher)
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        with pytest.raises(ServeError) as failed:
+            await result(model, "a")
+        assert failed.value.status == 500
+        assert "could not handle the worker's answer" in failed.value.message
+        # The worker was restarted; the next request is served by the new process.
+        assert await result(model, "b") == b"b"
+        assert len(launcher.processes) == 2
+        assert "handling the worker's frames failed" in (model.workers[0].last_error or "")
         nursery.cancel_scope.cancel()

@@ -450,6 +450,16 @@ class Worker:
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             error = await self._died_error(process)
             self._report(WorkerFailure(error, detail=f"connection lost ({exc}): {error}"))
+        except Exception as exc:
+            # A frame this side cannot handle (a bug, or a sink that raised): the process is
+            # restarted and its jobs fail, rather than the error escaping into the nursery.
+            log.exception("worker %s: handling its frames failed", self.name)
+            self._report(
+                WorkerFailure(
+                    errors.worker_died("The server could not handle the worker's answer."),
+                    detail=f"handling the worker's frames failed: {exc!r}",
+                )
+            )
 
     def _other_frame(self, frame: Frame) -> None:
         """A frame that is not an answer: metrics go to the sink, the rest is ignored."""
