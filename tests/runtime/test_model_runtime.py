@@ -514,3 +514,40 @@ async def test_a_frame_the_server_cannot_handle_restarts_the_worker_not_the_serv
         assert len(launcher.processes) == 2
         assert "handling the worker's frames failed" in (model.workers[0].last_error or "")
         nursery.cancel_scope.cancel()
+
+
+async def test_the_batch_behind_gets_its_own_response_timeout_from_when_it_starts() -> None:
+    # Each batch takes 0.3 s and runs after the one before it. The batch sent behind the
+    # first one ends 0.6 s after it was sent but 0.3 s after it started: within a 0.5 s
+    # response_timeout counted from its start, not from its send.
+    async def slow_echo(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+        await trio.sleep(0.3)
+        await echo(proc, batch_id, items)
+
+    launcher = FakeLauncher(behaviour=sequential(slow_echo))
+    base = prefetching_pool()
+    pool_settings = dataclasses.replace(
+        base, worker=dataclasses.replace(base.worker, response_timeout=0.5)
+    )
+    async with trio.open_nursery() as nursery:
+        model = ModelVersion(
+            settings(1, queue=20, batch_size=2, delay_ms=10_000), pool_settings, launcher
+        )
+        await nursery.start(model.run)
+        await model.scale(1, 1)
+        await model.wait_settled()
+        results: dict[int, bytes] = {}
+
+        async def client(i: int) -> None:
+            results[i] = await result(model, str(i))
+
+        for i in range(3):
+            nursery.start_soon(client, i)
+            await trio.testing.wait_all_tasks_blocked()
+        assert [len(b) for b in launcher.batches] == [1, 2]  # [1, 2] went behind [0]
+        with trio.fail_after(5):
+            while len(results) < 3:
+                await trio.sleep(0.01)
+        assert results == {0: b"0", 1: b"1", 2: b"2"}
+        assert len(launcher.processes) == 1  # nothing timed out, nothing restarted
+        nursery.cancel_scope.cancel()
