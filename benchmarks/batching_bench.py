@@ -14,7 +14,7 @@ authorization off, and measures, from one run each:
 
     .venv/bin/python benchmarks/batching_bench.py [--requests 20000] [--duration 15]
         [--concurrency 64] [--light-requests 1000] [--light-duration 10]
-        [--hidden 2048 [4096 ...]] [--keep]
+        [--hidden 2048 [4096 ...]] [--rounds 5] [--keep]
 
 ``--hidden`` runs everything again for wider variants of the same MLP (built by the same
 ``make_model.py``), to show how the ratio depends on the model's cost per request: the server's
@@ -24,11 +24,16 @@ this process (the load generator), next to the model's own time per request in a
 
 Thread settings are the same on both sides: one intra-op thread (``torch.set_num_threads(1)``
 here, ``OMP_NUM_THREADS=1`` / ``MKL_NUM_THREADS=1`` in the server's environment, which its
-worker inherits). The in-process numbers are taken before the server starts, so nothing else
-runs meanwhile. The load generator is a minimal keep-alive HTTP/1.1 client: one thread, one
-epoll set, one non-blocking socket per concurrent caller, requests prebuilt, every answer's
-status and class checked. It is kept light because it shares the machine's CPUs with the
-server and its worker (an asyncio streams client cost about twice its CPU per request).
+worker inherits). The machine's speed drifts within minutes, so each model is measured in
+``--rounds`` rounds (5): in-process (while the server sits idle), then through the server,
+seconds apart; the request counts and durations are split between the rounds, every round is
+printed and the verdicts use the median round.
+
+The load generator is a minimal keep-alive HTTP/1.1 client: one thread, one epoll set, one
+non-blocking socket per concurrent caller, requests prebuilt, every answer's status and class
+checked. It is kept light because it shares the machine's CPUs with the server and its worker
+(an asyncio streams client cost about twice its CPU per request; ``wrk`` gave the same
+throughput).
 The worker appends every batch size it sees to ``TRIOSERVE_BATCH_LOG``; the tables quote the
 batches formed in each phase. Every phase is bounded by a request count and a time limit.
 """
