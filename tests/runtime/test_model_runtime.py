@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from trioserve.core.errors import ServeError
+from trioserve.core.frames import Kind, encode
 from trioserve.core.messages import BatchReply, LoadSpec, Param, Reply, WorkItem
 from trioserve.core.model_settings import ModelSettings
 from trioserve.core.request import InferenceRequest
@@ -67,9 +68,18 @@ async def result(model: ModelVersion, text: str) -> bytes:
 
 
 async def start(
-    nursery: trio.Nursery, launcher: FakeLauncher, workers: int = 1, **pool_kw: float
+    nursery: trio.Nursery,
+    launcher: FakeLauncher,
+    workers: int = 1,
+    *,
+    model_settings: ModelSettings | None = None,
+    pool_settings: PoolSettings | None = None,
+    **pool_kw: float,
 ) -> ModelVersion:
-    model = ModelVersion(settings(workers), pool(**pool_kw), launcher)
+    """A model version with ``workers`` fake workers, started and settled."""
+    model = ModelVersion(
+        model_settings or settings(workers), pool_settings or pool(**pool_kw), launcher
+    )
     await nursery.start(model.run)
     await model.scale(workers, workers)
     await model.wait_settled()
@@ -189,10 +199,9 @@ async def test_queue_full_is_a_503_naming_the_limit() -> None:
         await trio.sleep_forever()
 
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(settings(1, queue=2), pool(), FakeLauncher(behaviour=hang))
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
+        model = await start(
+            nursery, FakeLauncher(behaviour=hang), model_settings=settings(1, queue=2)
+        )
         model.submit(req("1"))
         await trio.testing.wait_all_tasks_blocked()
         model.submit(req("2"))
@@ -275,8 +284,6 @@ async def test_a_worker_dying_while_idle_is_restarted_before_any_job_reaches_it(
 
 
 async def test_metrics_frames_reach_the_sink_after_the_final_reply() -> None:
-    from trioserve.core.frames import Kind, encode
-
     async def with_metrics(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
         await proc.send_reply(
             BatchReply(batch_id, 200, "", [Reply(items[0].request_id, b"ok")], True)
@@ -285,17 +292,14 @@ async def test_metrics_frames_reach_the_sink_after_the_final_reply() -> None:
         await proc.stream.send_all(encode(Kind.METRICS, {"metrics": [{"name": "X", "value": 1}]}))
 
     seen: list[list[object]] = []
-    pool_settings = pool()
-    from dataclasses import replace
-
-    pool_settings = replace(
-        pool_settings, worker=replace(pool_settings.worker, on_metrics=seen.append)
-    )
+    pool_settings = pool_with(on_metrics=seen.append)
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(settings(1), pool_settings, FakeLauncher(behaviour=with_metrics))
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
+        model = await start(
+            nursery,
+            FakeLauncher(behaviour=with_metrics),
+            model_settings=settings(1),
+            pool_settings=pool_settings,
+        )
         assert await result(model, "a") == b"ok"
         with trio.fail_after(2):
             while not seen:
@@ -314,10 +318,9 @@ async def test_batches_form_under_load_and_a_lone_request_does_not_wait() -> Non
 
     launcher = FakeLauncher(behaviour=slow_echo)
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(settings(1, queue=20, batch_size=4, delay_ms=10_000), pool(), launcher)
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
+        model = await start(
+            nursery, launcher, model_settings=settings(1, queue=20, batch_size=4, delay_ms=10_000)
+        )
         results: list[bytes] = []
 
         async def client(i: int) -> None:
@@ -352,10 +355,9 @@ async def test_a_crash_mid_batch_fails_exactly_that_batch() -> None:
 
     launcher = FakeLauncher(behaviour=crash_first_batch)
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(settings(1, batch_size=3, delay_ms=10_000), pool(), launcher)
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
+        model = await start(
+            nursery, launcher, model_settings=settings(1, batch_size=3, delay_ms=10_000)
+        )
         outcomes: dict[str, object] = {}
 
         async def client(name: str) -> None:
@@ -378,9 +380,14 @@ async def test_a_crash_mid_batch_fails_exactly_that_batch() -> None:
         nursery.cancel_scope.cancel()
 
 
-def prefetching_pool() -> PoolSettings:
+def pool_with(**worker_fields: object) -> PoolSettings:
+    """:func:`pool` with these WorkerSettings fields replaced."""
     base = pool()
-    return dataclasses.replace(base, worker=dataclasses.replace(base.worker, prefetch=True))
+    return dataclasses.replace(base, worker=dataclasses.replace(base.worker, **worker_fields))
+
+
+def prefetching_pool() -> PoolSettings:
+    return pool_with(prefetch=True)
 
 
 def sequential(behaviour: Behaviour) -> Behaviour:
@@ -404,12 +411,12 @@ async def test_a_full_batch_waits_behind_the_running_one_on_the_worker() -> None
 
     launcher = FakeLauncher(behaviour=sequential(slow_echo))
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(
-            settings(1, queue=20, batch_size=2, delay_ms=10_000), prefetching_pool(), launcher
+        model = await start(
+            nursery,
+            launcher,
+            model_settings=settings(1, queue=20, batch_size=2, delay_ms=10_000),
+            pool_settings=prefetching_pool(),
         )
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
         results: list[bytes] = []
 
         async def client(i: int) -> None:
@@ -451,12 +458,12 @@ async def test_a_crash_requeues_the_batch_behind_which_never_started() -> None:
 
     launcher = FakeLauncher(behaviour=sequential(crash_first_batch))
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(
-            settings(1, batch_size=2, delay_ms=10_000), prefetching_pool(), launcher
+        model = await start(
+            nursery,
+            launcher,
+            model_settings=settings(1, batch_size=2, delay_ms=10_000),
+            pool_settings=prefetching_pool(),
         )
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
         outcomes: dict[str, object] = {}
 
         async def client(name: str) -> None:
@@ -481,10 +488,6 @@ async def test_a_crash_requeues_the_batch_behind_which_never_started() -> None:
 
 
 async def test_a_frame_the_server_cannot_handle_restarts_the_worker_not_the_server() -> None:
-    from dataclasses import replace
-
-    from trioserve.core.frames import Kind, encode
-
     async def metrics_first(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
         assert proc.stream is not None
         await proc.stream.send_all(encode(Kind.METRICS, {"metrics": [{"name": "X"}]}))
@@ -497,14 +500,12 @@ async def test_a_frame_the_server_cannot_handle_restarts_the_worker_not_the_serv
         if len(calls) == 1:
             raise RuntimeError("the sink broke")
 
-    base = pool()
-    pool_settings = replace(base, worker=replace(base.worker, on_metrics=broken_sink))
+    pool_settings = pool_with(on_metrics=broken_sink)
     launcher = FakeLauncher(behaviour=metrics_first)
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(settings(1), pool_settings, launcher)
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
+        model = await start(
+            nursery, launcher, model_settings=settings(1), pool_settings=pool_settings
+        )
         with pytest.raises(ServeError) as failed:
             await result(model, "a")
         assert failed.value.status == 500
@@ -525,17 +526,14 @@ async def test_the_batch_behind_gets_its_own_response_timeout_from_when_it_start
         await echo(proc, batch_id, items)
 
     launcher = FakeLauncher(behaviour=sequential(slow_echo))
-    base = prefetching_pool()
-    pool_settings = dataclasses.replace(
-        base, worker=dataclasses.replace(base.worker, response_timeout=0.5)
-    )
+    pool_settings = pool_with(prefetch=True, response_timeout=0.5)
     async with trio.open_nursery() as nursery:
-        model = ModelVersion(
-            settings(1, queue=20, batch_size=2, delay_ms=10_000), pool_settings, launcher
+        model = await start(
+            nursery,
+            launcher,
+            model_settings=settings(1, queue=20, batch_size=2, delay_ms=10_000),
+            pool_settings=pool_settings,
         )
-        await nursery.start(model.run)
-        await model.scale(1, 1)
-        await model.wait_settled()
         results: dict[int, bytes] = {}
 
         async def client(i: int) -> None:

@@ -430,11 +430,8 @@ class Worker:
                 frame = await conn.receive()
                 if frame is None:
                     error = await self._died_error(process)
-                    if self._sent:
-                        self._report(WorkerFailure(error, detail=error.message))
-                    else:
-                        detail = f"the idle worker exited: {error.message}"
-                        self._report(WorkerFailure(error, detail=detail))
+                    idle = "" if self._sent else "the idle worker exited: "
+                    self._report(WorkerFailure(error, detail=f"{idle}{error.message}"))
                     return
                 if frame.kind is Kind.RESPONSE:
                     self._on_reply(frame)
@@ -479,7 +476,7 @@ class Worker:
         if sent is None:
             return  # an answer to a batch already ended (failed, timed out): dropped
         if reply.code != 200:
-            self._fail_batch(sent, errors.prediction_failed(reply.code, reply.message))
+            self._end_batch(sent, errors.prediction_failed(reply.code, reply.message))
             return
         for item in reply.replies:
             job = self._inflight.get(item.request_id)
@@ -490,9 +487,9 @@ class Worker:
         if reply.final:
             # Every job answered is out of flight; any job left had no answer in the batch.
             mismatch = errors.prediction_failed(503, "number of batch response mismatched")
-            self._fail_batch(sent, mismatch)
+            self._end_batch(sent, mismatch)
 
-    def _fail_batch(self, sent: _Sent, error: ServeError) -> None:
+    def _end_batch(self, sent: _Sent, error: ServeError) -> None:
         """The batch ended: its jobs still without an answer fail with ``error``, and the
         batch behind it (if any) is running from now on."""
         for job in sent.jobs:
