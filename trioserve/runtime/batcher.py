@@ -88,6 +88,19 @@ class Batcher:
         self._policy.worker_prefetch(worker)
         self._wake_if_work()
 
+    def offer_behind_now(self, worker: BatchTaker) -> None:
+        """As :meth:`worker_prefetch`, but a full batch already queued is assigned before
+        this returns, not when the batcher's task next runs.
+
+        For the worker's frame reader, the moment the batch a worker was running ends: the
+        full batch goes out in the same scheduler pass, ahead of the answers' HTTP writes.
+        Only ever dispatches (or expires) what :meth:`run` would at its next pass; the task's
+        own sleep is unaffected (dispatching only moves its next wake-up later).
+        """
+        self._policy.worker_prefetch(worker)
+        if self._policy.has_work:
+            self._apply(trio.current_time())
+
     def _wake_if_work(self) -> None:
         # With nothing queued, a worker's offer changes no decision: the task sleeps on
         # (one scheduler pass saved per offer; at one request at a time, two per request).
@@ -113,16 +126,19 @@ class Batcher:
 
     # -- the task --------------------------------------------------------------------
 
+    def _apply(self, now: float) -> None:
+        for decision in self._policy.poll(now):
+            if isinstance(decision, Expire):
+                for job in decision.items:
+                    job.fail(deadline_passed())
+            elif isinstance(decision, Dispatch):
+                decision.worker.assign(list(decision.items))
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             now = trio.current_time()
-            for decision in self._policy.poll(now):
-                if isinstance(decision, Expire):
-                    for job in decision.items:
-                        job.fail(deadline_passed())
-                elif isinstance(decision, Dispatch):
-                    decision.worker.assign(list(decision.items))
+            self._apply(now)
             wakeup = self._policy.next_wakeup(now)
             with trio.move_on_at(math.inf if wakeup is None else wakeup):
                 await self._changed.wait()

@@ -125,6 +125,7 @@ class Worker:
         self._reached_ready = False
         self._wake_backoff = trio.CancelScope()
         self._scope = trio.CancelScope()
+        self._offered = False  # an offer to take a full batch behind the running one stands
 
     # -- observation -----------------------------------------------------------------
 
@@ -355,43 +356,27 @@ class Worker:
         self.failures = 0
         self._reached_ready = True
         timeout = self.settings.response_timeout
-        offered = False  # a prefetch offer stands
+        self._offered = False
         while True:
             if self._failure is not None:
                 raise self._failure
             if self._inbox is not None:
                 # Assigned while idle, behind the running batch, or just as it finished.
-                offered = False
-                if self._stop_requested:
-                    self._return_unclaimed()
-                    continue
-                batch = self._claim()
-                if not batch:
-                    if self._sent:
-                        self._batcher.requeue(self, [])  # the offer was used up: renew it
-                    continue  # idle: the next pass reports it idle again
-                if not self._sent:
-                    self._set_state(WorkerState.BUSY)
-                await self._send_batch(conn, batch)
+                await self._send_assigned(conn)
                 continue
             if not self._sent:
                 if self._stop_requested:
                     return
-                offered = False  # reporting idle withdraws the offer
+                self._offered = False  # reporting idle withdraws the offer
                 self._set_state(WorkerState.READY)
                 self._batcher.worker_idle(self)
                 while self._inbox is None and self._failure is None and not self._stop_requested:
                     await self._sleep()
                 continue
             running = self._sent[0]
-            if (
-                self.settings.prefetch
-                and not offered
-                and len(self._sent) == 1
-                and not self._stop_requested
-            ):
+            if self._may_offer():
                 self._batcher.worker_prefetch(self)
-                offered = True
+                self._offered = True
             ended = await self._sleep(running.started + timeout)
             if not ended and self._sent and self._sent[0] is running:
                 raise WorkerFailure(
@@ -401,6 +386,31 @@ class Worker:
                     ),
                     detail=f"a batch exceeded response_timeout ({timeout:g} s)",
                 )
+
+    def _may_offer(self) -> bool:
+        """Whether to offer the batcher to take a full batch behind the running one."""
+        return (
+            self.settings.prefetch
+            and not self._offered
+            and len(self._sent) == 1
+            and not self._stop_requested
+            and self._failure is None
+        )
+
+    async def _send_assigned(self, conn: WorkerConnection) -> None:
+        """Send the batch the batcher assigned (what is still wanted of it)."""
+        self._offered = False
+        if self._stop_requested:
+            self._return_unclaimed()
+            return
+        batch = self._claim()
+        if not batch:
+            if self._sent:
+                self._batcher.requeue(self, [])  # the offer was used up: renew it
+            return  # idle: the serving loop reports it idle again
+        if not self._sent:
+            self._set_state(WorkerState.BUSY)
+        await self._send_batch(conn, batch)
 
     async def _send_batch(self, conn: WorkerConnection, batch: list[Job]) -> None:
         for job in batch:
@@ -435,6 +445,15 @@ class Worker:
                     return
                 if frame.kind is Kind.RESPONSE:
                     self._on_reply(frame)
+                    if self._may_offer():
+                        # The running batch just ended and the one behind it runs now: a
+                        # full batch queued goes out at once, from here, rather than after
+                        # the serving loop and the batcher's task have each had their turn
+                        # behind the answers' HTTP writes. The process then never waits.
+                        self._offered = True
+                        self._batcher.offer_behind_now(self)
+                        if self._inbox is not None:
+                            await self._send_assigned(conn)
                 else:
                     self._other_frame(frame)
         except FrameError as exc:
