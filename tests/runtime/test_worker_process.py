@@ -226,6 +226,33 @@ def test_batch_of_three_with_json_text_and_bytes(spawn: Any) -> None:
     assert names["EchoCount"]["request_id"] == "r-json,r-text,r-bytes"
 
 
+def test_metrics_of_batches_queued_back_to_back_share_a_frame_and_none_is_lost(
+    spawn: Any,
+) -> None:
+    worker = spawn()
+    worker.load(fixture("fx_echo.py"))
+    # Batch 1 sleeps; batches 2..7 queue behind it in the handler thread meanwhile.
+    worker.send(encode_batch(1, [item("slow", body(b"1"), mode="sleep", seconds="0.3")]))
+    for n in range(2, 8):
+        worker.send(encode_batch(n, [item(f"r{n}", body(b"1"))]))
+    answered: list[int] = []
+    counted: list[str] = []  # the request ids of every EchoCount record
+    metrics_frames = 0
+    while len(answered) < 7 or worker.frames or metrics_frames == 0:
+        frame = worker.recv()
+        if frame.kind is Kind.METRICS:
+            metrics_frames += 1
+            counted += [m["request_id"] for m in frame.meta["metrics"] if m["name"] == "EchoCount"]
+            if len(answered) == 7:
+                break
+        else:
+            answered.append(decode_reply(frame).batch_id)
+    assert answered == list(range(1, 8))
+    assert counted == ["slow"] + [f"r{n}" for n in range(2, 8)]  # each batch's, once
+    # Not one frame per batch: the six quick ones were answered while others were queued.
+    assert metrics_frames <= 3
+
+
 def test_raw_answers_carry_status_headers_and_content_type(spawn: Any) -> None:
     worker = spawn()
     worker.load(fixture("fx_echo.py"))

@@ -88,6 +88,10 @@ class HandlerThread:
             self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
             self._thread.start()
 
+    def pending(self) -> int:
+        """How many calls are queued and not yet started."""
+        return self._queue.qsize()
+
     def submit(self, fn: Callable[[], object]) -> None:
         """Queue ``fn`` to run in the handler thread after the calls already queued, and
         return at once; nothing is told when it is done, so ``fn`` deals with its own result

@@ -8,10 +8,13 @@ Frames in (server -> worker) and what the worker does:
   checked first; a batch whose tensors break the contract is answered at once with 400. Then
   it is queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
   intermediate RESPONSE frames (not final) go out as the handler sends them, then one final
-  RESPONSE, then a METRICS frame if the handler (or the worker) recorded metrics. Once the
-  model is loaded, a batch goes straight from the frame reader to the handler thread, which
-  also writes its answer (see :meth:`Worker._batch_in_thread`): trio's thread is woken once
-  per batch (the frame coming in), not three times.
+  RESPONSE, then a METRICS frame with the metrics the handler (and the worker) recorded:
+  after every batch that leaves the handler thread with nothing queued, and at most every
+  ``METRICS_INTERVAL`` while batches keep coming (records are never dropped, only held
+  until the next frame). Once the model is loaded, a batch goes straight from the frame
+  reader to the handler thread, which also writes its answer (see
+  :meth:`Worker._batch_in_thread`): trio's thread is woken once per batch (the frame coming
+  in), not three times.
 * CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True.
 * PING ``{n}``: PONG ``{n}`` at once, even while a handler runs.
 * SHUTDOWN: batches already received are finished, then the worker exits 0. A BATCH after
@@ -31,6 +34,7 @@ import os
 import select
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -69,6 +73,10 @@ READ_SIZE = 1 << 20
 # How often trio's thread retries the socket's write lock while the handler thread holds it
 # (it holds it for one write, or while the server is not reading).
 WRITE_LOCK_POLL = 0.0005
+# While batches keep coming, metrics records go to the server at most this often, in one
+# METRICS frame; a batch the handler thread finishes with nothing queued behind it sends
+# whatever is pending at once.
+METRICS_INTERVAL = 0.1
 
 
 def exit_now(status: int, why: str) -> NoReturn:
@@ -145,6 +153,7 @@ class Worker:
         self._direct = False
         self.context: Context | None = None
         self.entry: Entry | None = None
+        self._metrics_sent_at = -math.inf  # time.monotonic() of the last METRICS frame
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -415,7 +424,9 @@ class Worker:
         """
         try:
             reply = self._reply_to(job)
-            self._send_from_thread(encode_reply(reply) + self._metrics_frame())
+            # Under load another batch is already queued: its metrics can ride along later.
+            flush = self._thread.pending() == 0
+            self._send_from_thread(encode_reply(reply) + self._metrics_frame(flush=flush))
         except Exception as exc:
             # The batch's answer cannot be sent: end the process, so that the server fails
             # the batch at once and restarts the worker, rather than waiting for the
@@ -446,11 +457,16 @@ class Worker:
         finally:
             context.end_batch()
 
-    def _metrics_frame(self) -> bytes:
-        """A METRICS frame with the records since the last one; empty bytes when none."""
+    def _metrics_frame(self, *, flush: bool = True) -> bytes:
+        """A METRICS frame with the records since the last one; empty bytes when none, or
+        when ``flush`` is false and the last frame went out less than METRICS_INTERVAL ago."""
         metrics = self.context.metrics if self.context is not None else None
         if not isinstance(metrics, MetricsCache):
             return b""
+        now = time.monotonic()
+        if not flush and now - self._metrics_sent_at < METRICS_INTERVAL:
+            return b""
+        self._metrics_sent_at = now
         records = metrics.drain()
         if not records:
             return b""
