@@ -347,7 +347,8 @@ class Worker:
 
     async def _serve(self, conn: WorkerConnection, process: WorkerProcess) -> None:
         """Send batches as the batcher assigns them; the frame reader (:meth:`_read_frames`)
-        routes the answers and reports the end of each batch and any failure.
+        routes the answers and reports the end of each batch and any failure. (The reader
+        sends too, in one case: the full batch it is given when the running batch ends.)
 
         While a batch runs, a batching worker offers to take one full batch behind it and
         sends it at once, so the process starts it as soon as the running one ends. The
@@ -449,7 +450,7 @@ class Worker:
                         # The running batch just ended and the one behind it runs now: a
                         # full batch queued goes out at once, from here, rather than after
                         # the serving loop and the batcher's task have each had their turn
-                        # behind the answers' HTTP writes. The process then never waits.
+                        # behind the answers' HTTP writes, so the process seldom waits.
                         self._offered = True
                         self._batcher.offer_behind_now(self)
                         if self._inbox is not None:

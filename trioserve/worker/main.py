@@ -10,9 +10,9 @@ Frames in (server -> worker) and what the worker does:
   intermediate RESPONSE frames (not final) go out as the handler sends them, then one final
   RESPONSE, then a METRICS frame with the metrics the handler (and the worker) recorded:
   after every batch that leaves the handler thread with nothing queued, and at most every
-  ``METRICS_INTERVAL`` while batches keep coming (records are never dropped, only held
-  until the next frame). Once the model is loaded, a batch goes straight from the frame
-  reader to the handler thread, which also writes its answer (see
+  ``METRICS_INTERVAL`` while batches keep coming (records are held until the next frame; a
+  worker that dies loses at most that interval's). Once the model is loaded, a batch goes
+  straight from the frame reader to the handler thread, which also writes its answer (see
   :meth:`Worker._batch_in_thread`): trio's thread is woken once per batch (the frame coming
   in), not three times.
 * CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True.
