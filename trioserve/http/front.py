@@ -40,6 +40,7 @@ from trioserve.core.http1 import (
     no_body,
     response_head,
 )
+from trioserve.sockio import send_eagerly
 
 log = logging.getLogger("trioserve.http")
 
@@ -107,17 +108,9 @@ class _Connection:
         self._arrived = trio.Event()
 
     async def send(self, data: bytes) -> None:
-        # One non-blocking write first: an answer nearly always fits the socket buffer, and
-        # ``send_all`` would add a pass through trio's scheduler (its checkpoint) to every
-        # request. Only this connection's task sends, so the two paths never interleave.
-        try:
-            sent = os.write(self.fd, data)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            raise trio.BrokenResourceError(f"sending failed: {exc}") from exc
-        if sent < len(data):
-            await self.stream.send_all(memoryview(data)[sent:])
+        # An answer nearly always fits the socket buffer: no scheduler pass per request.
+        # Only this connection's task sends, so nothing interleaves.
+        await send_eagerly(self.stream, self.fd, data, "sending")
 
     async def run(self) -> None:
         try:

@@ -18,6 +18,7 @@ from collections import deque
 import trio
 
 from trioserve.core.frames import Frame, FrameDecoder
+from trioserve.sockio import send_eagerly
 
 _READ_SIZE = 1 << 16
 # Reads that found data at once, in a row, before the receiver lets other tasks run.
@@ -30,7 +31,9 @@ class WorkerConnection:
 
     def __init__(self, stream: trio.abc.Stream, max_frame: int) -> None:
         self._stream = stream
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        # Over a socket: the stream as a SocketStream, for the eager paths.
+        self._socket_stream = stream if isinstance(stream, trio.SocketStream) else None
+        self._socket = None if self._socket_stream is None else self._socket_stream.socket
         self._decoder = FrameDecoder(max_frame)
         self._ready: deque[Frame] = deque()
         self._send_lock = trio.Lock()
@@ -38,7 +41,8 @@ class WorkerConnection:
 
     async def send(self, data: bytes | bytearray) -> None:
         lock = self._send_lock
-        if self._socket is None:
+        socket_stream = self._socket_stream
+        if socket_stream is None:
             async with lock:
                 await self._stream.send_all(data)
             return
@@ -50,20 +54,9 @@ class WorkerConnection:
                 await self._stream.send_all(data)
             return
         try:
-            sent = self._write_some(data)
-            if sent < len(data):
-                await self._stream.send_all(memoryview(data)[sent:])
+            await send_eagerly(socket_stream, self._fileno(), data, "sending to the worker")
         finally:
             lock.release()
-
-    def _write_some(self, data: bytes | bytearray) -> int:
-        fd = self._fileno()
-        try:
-            return os.write(fd, data)
-        except BlockingIOError:
-            return 0
-        except OSError as exc:
-            raise trio.BrokenResourceError(f"sending to the worker failed: {exc}") from exc
 
     async def receive(self) -> Frame | None:
         """The next frame, or None when the worker closed the connection.
