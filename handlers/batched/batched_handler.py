@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import signal
+from array import array
 from typing import Any
 
 import torch
@@ -186,17 +187,33 @@ class BatchedHandler(BaseHandler):
         if not math.isfinite(float(batch.sum())) and not bool(torch.isfinite(batch).all()):
             idx = int((~torch.isfinite(batch).all(dim=1)).nonzero()[0, 0])
             raise ValueError(f"request {idx}: the input holds a NaN or infinite value")
-        return batch.to(self.device)
+        return batch  # inference() moves it to the model's device
 
     # -- logits -> response ------------------------------------------------------------------
 
     def postprocess(self, data: torch.Tensor) -> list[dict[str, Any]]:
-        probabilities = torch.softmax(data.float(), dim=1)
-        best, classes = probabilities.max(dim=1)
-        return [
-            {"class": int(c), "probability": float(p)}
-            for c, p in zip(classes.tolist(), best.tolist(), strict=True)
-        ]
+        """The argmax class and its softmax probability, per row of logits.
+
+        One tensor call (``tolist``) and the rest in Python: right after the forward pass
+        the caches hold the model's weights, and each small tensor call (softmax, max, two
+        ``tolist``) then costs tens of microseconds, more than this loop over 16 x 10 values.
+        The probability of the top class is ``1 / sum(exp(logit - top))``, rounded to float32
+        like the logits (rows whose logits differ in the last bit give the same answer).
+        """
+        if data.dtype != torch.float32:
+            data = data.float()
+        classes = []
+        totals = []
+        exp = math.exp
+        for row in data.tolist():
+            top = max(row)
+            total = 0.0
+            for value in row:
+                total += exp(value - top)
+            classes.append(row.index(top))
+            totals.append(1.0 / total)
+        probabilities = array("f", totals).tolist()
+        return [{"class": c, "probability": p} for c, p in zip(classes, probabilities, strict=True)]
 
     # -- the batch ---------------------------------------------------------------------------
 

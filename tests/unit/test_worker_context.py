@@ -163,3 +163,24 @@ def test_request_header_lookup_ignores_letter_case() -> None:
     assert processor.get_request_property("Content-Type") == "text/plain"
     assert processor.get_request_property("x-a") == "1"
     assert processor.get_request_property("missing") is None
+
+
+def test_request_header_lookup_follows_edits_to_the_header_dict() -> None:
+    """Lookups in any letter case see names a handler adds, removes or renames in the dict
+    that get_request_properties returns, also after earlier lookups (and misses)."""
+    from trioserve.worker.context import RequestProcessor
+
+    processor = RequestProcessor({"x-a": "1", "X-A": "2", "b": "3"})
+    assert processor.get_request_property("X-a") == "1"  # the first name in order wins
+    assert processor.get_request_property("X-Late") is None
+    headers = processor.get_request_properties()
+    headers["x-late"] = "4"
+    assert processor.get_request_property("X-Late") == "4"
+    del headers["x-a"]
+    assert processor.get_request_property("X-a") == "2"
+    headers["X-A"] = "5"  # a new value under the same name
+    assert processor.get_request_property("x-A") == "5"
+    del headers["X-A"]
+    headers["Other"] = "6"  # as many names as before, but different ones
+    assert processor.get_request_property("x-a") is None
+    assert processor.get_request_property("OTHER") == "6"

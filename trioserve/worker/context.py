@@ -33,17 +33,26 @@ class RequestProcessor:
         self._reason_phrase: str | None = None
         self._response_header: dict[str, Any] = {}
         self._request_header = request_header
+        # The header names by their lowercase form (the first name of each), with the names
+        # they were built from: rebuilt whenever the names change (a handler may edit the dict
+        # that get_request_properties returns).
+        self._folded: tuple[set[str], dict[str, str]] | None = None
 
     def get_request_property(self, key: str) -> Any:
         """The header ``key``; an exact match first, then any letter case (HTTP/1.1
         servers lowercase header names, while handlers ask for ``Content-Type``)."""
-        if key in self._request_header:
-            return self._request_header[key]
-        folded = key.lower()
-        for name, value in self._request_header.items():
-            if name.lower() == folded:
-                return value
-        return None
+        headers = self._request_header
+        if key in headers:
+            return headers[key]
+        folded = self._folded
+        if folded is None or headers.keys() != folded[0]:
+            names: dict[str, str] = {}
+            for name in headers:
+                if isinstance(name, str):
+                    names.setdefault(name.lower(), name)
+            folded = self._folded = (set(headers), names)
+        found = folded[1].get(key.lower())
+        return None if found is None else headers[found]
 
     def get_request_properties(self) -> dict[str, Any]:
         return self._request_header
