@@ -560,9 +560,19 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
             f"| {'':>6} | {'':>6} | {'':>16} | {'':>6} |"
         )
     print()
-    print("CPU time per answered request in the serving phases (µs), by process:")
-    print("| model                        | model alone | trioserve | worker | load generator |")
-    print("|------------------------------|------------:|----------:|-------:|---------------:|")
+    print(
+        "CPU time per answered request in the serving phases (µs), by process; then the CPUs "
+        "those three kept busy, and the CPUs they would need at 85% of the in-process rate "
+        f"with the same CPU per request (this machine has {os.cpu_count()}):"
+    )
+    print(
+        "| model                        | model alone | trioserve | worker | load generator "
+        "| all three | CPUs busy | CPUs at 85% |"
+    )
+    print(
+        "|------------------------------|------------:|----------:|-------:|---------------:"
+        "|----------:|----------:|------------:|"
+    )
     for run in runs:
         answered = [len(r.serving.latencies) for r in run.rounds]
         total = max(1, sum(answered))
@@ -571,10 +581,16 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
             return sum(r.cpu_us[role] * n for r, n in zip(run.rounds, answered, strict=True))
 
         alone = statistics.median(r.local.batch_seconds for r in run.rounds) / BATCH_SIZE * 1e6
+        roles = ("trioserve", "worker", "generator")
+        per_request = {role: mean_cpu(role) / total for role in roles}
+        everything = sum(per_request.values())
+        busy = everything * statistics.median(r.serving.rate for r in run.rounds) / 1e6
+        needed = everything * 0.85 * statistics.median(r.local.rate for r in run.rounds) / 1e6
         print(
             f"| {model_name(run.hidden):<28} | {alone:>11.0f} "
-            f"| {mean_cpu('trioserve') / total:>9.0f} | {mean_cpu('worker') / total:>6.0f} "
-            f"| {mean_cpu('generator') / total:>14.0f} |"
+            f"| {per_request['trioserve']:>9.0f} | {per_request['worker']:>6.0f} "
+            f"| {per_request['generator']:>14.0f} | {everything:>9.0f} | {busy:>9.2f} "
+            f"| {needed:>11.2f} |"
         )
     print()
     print(

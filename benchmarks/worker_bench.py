@@ -223,6 +223,7 @@ class WorkerClient:
 class Round:
     model_us: float  # CPU per request, model alone on batches of the batch size (in-process)
     handler_us: float  # CPU per request, the handler's handle() in-process
+    path_us: float  # CPU per request, the worker's whole batch path in-process, no socket
     worker_us: float  # CPU per request in the worker subprocess, all threads
     trio_us: float  # ... of which its main (trio) thread
     wall_us: float  # wall time per request while driving the worker
@@ -241,12 +242,16 @@ def cpu_per_call(fn: Any, calls: int) -> float:
     return (time.thread_time() - start) / calls
 
 
-def handler_in_process(model_dir: Path, spec: LoadSpec, frames: list[bytes | bytearray]) -> Any:
-    """The handler's entry point, loaded in this process as the worker loads it; returns a
-    function that runs one decoded batch through it the way the worker does."""
-    from trioserve.core.frames import decode
-    from trioserve.core.messages import decode_batch
-    from trioserve.worker.batch import prepare
+def handler_in_process(
+    model_dir: Path, spec: LoadSpec, frames: list[bytes | bytearray]
+) -> tuple[Any, Any]:
+    """The handler's entry point, loaded in this process as the worker loads it; returns two
+    functions: one runs one decoded batch through it the way the worker does, the other runs
+    the worker's whole per-batch path (context and ``data``, the handler, the replies, the
+    RESPONSE and METRICS frames) without the socket."""
+    from trioserve.core.frames import Kind, decode, encode
+    from trioserve.core.messages import decode_batch, encode_reply
+    from trioserve.worker.batch import prepare, run_batch
     from trioserve.worker.context import Context
     from trioserve.worker.loader import load_handler
     from trioserve.worker.metrics import MetricsCache
@@ -272,7 +277,15 @@ def handler_in_process(model_dir: Path, spec: LoadSpec, frames: list[bytes | byt
         entry(data, context)
         cast(MetricsCache, context.metrics).drain()
 
-    return call
+    def whole() -> None:
+        # What the worker's handler thread does per batch, minus the socket write.
+        batch = prepare(context, items, tensors=tensors)
+        reply = run_batch(entry, context, 0, items, batch)
+        context.end_batch()
+        records = cast(MetricsCache, context.metrics).drain()
+        encode_reply(reply) + encode(Kind.METRICS, {"metrics": records})
+
+    return call, whole
 
 
 def thread_cpu(client: WorkerClient) -> dict[int, float]:
@@ -319,10 +332,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[Round]:
         with torch.inference_mode():
             model(batch)
 
-    call = handler_in_process(model_dir, spec, frames)
+    call, whole = handler_in_process(model_dir, spec, frames)
     in_process_calls = max(20, args.batches // 4)
     cpu_per_call(run_model, 20)
     cpu_per_call(call, 20)
+    cpu_per_call(whole, 20)
 
     client = WorkerClient(model_dir)
     rounds: list[Round] = []
@@ -347,6 +361,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[Round]:
             # may be shared, so each round is compared with its own in-process figures.
             model_us = cpu_per_call(run_model, in_process_calls) / per * 1e6
             handler_us = cpu_per_call(call, in_process_calls) / per * 1e6
+            path_us = cpu_per_call(whole, in_process_calls) / per * 1e6
             client.drain_metrics()
             threads0 = thread_cpu(client)
             cpu0, wall0, own0 = client.cpu(), time.perf_counter(), time.process_time()
@@ -363,6 +378,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[Round]:
                 Round(
                     model_us=model_us,
                     handler_us=handler_us,
+                    path_us=path_us,
                     worker_us=(cpu1 - cpu0) / requests * 1e6,
                     trio_us=trio_s / requests * 1e6,
                     wall_us=(wall1 - wall0) / requests * 1e6,
@@ -387,17 +403,18 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> None:
     print()
     print("CPU time per request (µs); the last row is the median of each column:")
     print(
-        "| round  | model alone | handler in-process | worker | of which trio thread "
-        "| worker - model | wall / request | driver CPU |"
+        "| round  | model alone | handler in-process | batch path in-process | worker "
+        "| of which trio thread | worker - model | wall / request | driver CPU |"
     )
     print(
-        "|--------|------------:|-------------------:|-------:|--------------------:"
-        "|---------------:|---------------:|-----------:|"
+        "|--------|------------:|-------------------:|----------------------:|-------:"
+        "|--------------------:|---------------:|---------------:|-----------:|"
     )
 
     def row(name: str, r: Round) -> None:
         print(
-            f"| {name:<6} | {r.model_us:>11.0f} | {r.handler_us:>18.0f} | {r.worker_us:>6.0f} "
+            f"| {name:<6} | {r.model_us:>11.0f} | {r.handler_us:>18.0f} | {r.path_us:>21.0f} "
+            f"| {r.worker_us:>6.0f} "
             f"| {r.trio_us:>19.0f} | {r.overhead_us:>14.0f} | {r.wall_us:>14.0f} "
             f"| {r.driver_us:>10.0f} |"
         )
@@ -410,6 +427,7 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> None:
         Round(
             med(r.model_us for r in rounds),
             med(r.handler_us for r in rounds),
+            med(r.path_us for r in rounds),
             med(r.worker_us for r in rounds),
             med(r.trio_us for r in rounds),
             med(r.wall_us for r in rounds),
@@ -421,6 +439,12 @@ def report(args: argparse.Namespace, rounds: list[Round]) -> None:
     print(
         f"worker CPU outside the model: {overhead:.0f} µs per request (median of the rounds' "
         f"differences), {overhead * args.batch_size / 1000:.2f} ms per batch"
+    )
+    ceiling = med(r.model_us / r.path_us for r in rounds)
+    print(
+        f"model alone / batch path in-process: {ceiling:.1%} (median of the rounds): the "
+        "share of the model's own throughput that the worker's per-batch Python leaves, "
+        "before any socket, server or client"
     )
 
 
