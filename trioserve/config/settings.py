@@ -1,0 +1,119 @@
+"""The typed settings: :class:`ServerConfig` (frozen, with trioserve's defaults) and
+:class:`CliOptions` (what the command line said).
+
+:func:`trioserve.config.load_config` builds a ``ServerConfig`` from the config file, the
+command line and the environment; ``ServerConfig()`` is the all-defaults configuration.
+trioserve's defaults are safer than TorchServe's (see ``docs/compat.md``):
+
+* every HTTP and gRPC listener binds ``127.0.0.1``;
+* ``metrics_mode`` defaults to ``prometheus``, so ``/metrics`` has content out of the box;
+* ``allowed_urls`` defaults to *nothing but files inside the model store* (an empty tuple
+  here); fetching archives over http(s) needs an explicit list of regexes;
+* token authorization is on and the model API (register / unregister) is off.
+
+trioserve-only keys:
+
+``shutdown_grace_seconds`` (30.0)
+    After SIGTERM, how long the server waits for in-flight requests before it stops.
+``worker_stop_grace_seconds`` (5.0)
+    How long a worker process has to exit after SIGTERM before it gets SIGKILL.
+``key_file`` (unset)
+    Path of the token file (TorchServe's ``key_file.json``); unset means
+    ``key_file.json`` in the current directory, as in TorchServe.
+``max_unpacked_archive_bytes`` (4 GiB)
+    The most a model archive may expand to when it is extracted.
+``max_workers_per_model`` (0 = four per CPU)
+    The most workers one model version may be scaled to; a register or scale call asking
+    for more is refused with 400 instead of starting that many processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from trioserve.config.addresses import LOOPBACK, Address
+
+__all__ = ["METRICS_MODES", "CliOptions", "ServerConfig", "no_models"]
+
+METRICS_MODES: Final = ("log", "prometheus", "legacy")
+
+
+@dataclass(frozen=True)
+class CliOptions:
+    """What the command line said; ``None`` / ``False`` mean "not given"."""
+
+    ts_config: str | None = None
+    model_store: str | None = None
+    models: tuple[str, ...] | None = None
+    ncs: bool = False
+    disable_token_auth: bool = False
+    enable_model_api: bool = False
+    foreground: bool = False
+
+
+_INFERENCE_ADDRESS: Final = Address("http", LOOPBACK, 8080)
+_MANAGEMENT_ADDRESS: Final = Address("http", LOOPBACK, 8081)
+_METRICS_ADDRESS: Final = Address("http", LOOPBACK, 8082)
+
+
+def no_models() -> Mapping[str, Any]:
+    """The ``models`` setting when the config file has none."""
+    return {}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """The resolved configuration. ``ServerConfig()`` is the all-defaults configuration."""
+
+    inference_address: Address = _INFERENCE_ADDRESS
+    management_address: Address = _MANAGEMENT_ADDRESS
+    metrics_address: Address = _METRICS_ADDRESS
+    grpc_inference_address: str = LOOPBACK
+    grpc_inference_port: int = 7070
+    grpc_management_address: str = LOOPBACK
+    grpc_management_port: int = 7071
+    model_store: Path | None = None
+    #: raw entries: () for none, ("all",), or ("a.mar", "name=b.mar", ...)
+    load_models: tuple[str, ...] = ()
+    #: 0 means "one per CPU" for models loaded at startup (the server resolves it)
+    default_workers_per_model: int = 0
+    job_queue_size: int = 100
+    max_request_size: int = 6553500
+    max_response_size: int = 6553500
+    default_response_timeout: int = 120
+    default_startup_timeout: int = 120
+    unregister_model_timeout: int = 120
+    enable_envvars_config: bool = False
+    disable_token_authorization: bool = False
+    token_expiration_min: float = 60.0
+    enable_model_api: bool = False
+    enable_metrics_api: bool = True
+    metrics_mode: str = "prometheus"
+    #: regexes a model URL must match; () means only files inside the model store
+    allowed_urls: tuple[str, ...] = ()
+    decode_input_request: bool = True
+    limit_max_image_pixels: bool = True
+    blacklist_env_vars: str | None = None
+    default_service_handler: str | None = None
+    service_envelope: str | None = None
+    cors_allowed_origin: str | None = None
+    cors_allowed_methods: str | None = None
+    cors_allowed_headers: str | None = None
+    ts_header_key_sequence_id: str = "ts_request_sequence_id"
+    ts_header_key_sequence_start: str = "ts_request_sequence_start"
+    ts_header_key_sequence_end: str = "ts_request_sequence_end"
+    #: parsed JSON of the ``models`` key: {name: {version: {minWorkers: ..., ...}}}
+    models: Mapping[str, Any] = field(default_factory=no_models, hash=False)
+    ts_open_inference_protocol: bool = False
+    # trioserve-only
+    shutdown_grace_seconds: float = 30.0
+    max_workers_per_model: int = 0
+    worker_stop_grace_seconds: float = 5.0
+    key_file: Path | None = None
+    max_unpacked_archive_bytes: int = 4 << 30
+    # provenance
+    config_file: Path | None = None
+    unknown_keys: tuple[str, ...] = ()
