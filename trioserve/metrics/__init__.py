@@ -1,13 +1,13 @@
 """Server metrics with TorchServe's names, and the metrics API (port 8082)."""
 
-from trioserve.metrics.registry import (
+from trioserve.metrics.catalog import (
     BUILTIN_METRICS,
     CONTENT_TYPE,
     LEGACY_METRICS,
     METRICS_MODES,
-    ServerMetrics,
     help_text,
 )
+from trioserve.metrics.registry import ServerMetrics
 from trioserve.metrics.system import SystemSampler, sample_system_forever
 
 __all__ = [
