@@ -90,17 +90,24 @@ never run or pushed back (Triton's ``DELAY`` can starve).
 
 Items and workers are hashable values compared by equality (jobs compare by identity); an item
 may be queued once at a time.
+
+The decision types are in :mod:`trioserve.core.batch_decisions` (re-exported here). The rest
+stays one module although it runs past 400 lines: :class:`BatchPolicy` is one state machine
+whose events, rules and deadline bookkeeping all read and change the same queue, heap and
+worker sets, and this docstring is the reference for its rules and their reasons
+(docs/batching.md points here).
 """
 
 from __future__ import annotations
 
-import enum
 import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeAlias, TypeVar
+from typing import Generic, TypeVar
+
+from trioserve.core.batch_decisions import Decision, Dispatch, Expire, QueueFull, Reason
 
 __all__ = [
     "BatchPolicy",
@@ -113,42 +120,6 @@ __all__ = [
 
 T = TypeVar("T", bound=Hashable)
 W = TypeVar("W", bound=Hashable)
-
-
-class QueueFull(Exception):
-    """The queue holds ``capacity`` items; the request is refused, not queued."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__(f"the batching queue is full ({capacity} requests)")
-        self.capacity = capacity
-
-
-class Reason(enum.Enum):
-    """Why a batch was dispatched (the rules of the module docstring)."""
-
-    FULL = "full"
-    IDLE = "idle"
-    WINDOW = "window"
-    DEADLINE = "deadline"
-
-
-@dataclass(frozen=True, slots=True)
-class Dispatch(Generic[T, W]):
-    """Send ``items``, in this order, to ``worker`` as one batch; the worker is now busy."""
-
-    worker: W
-    items: tuple[T, ...]
-    reason: Reason
-
-
-@dataclass(frozen=True, slots=True)
-class Expire(Generic[T]):
-    """These items' deadlines passed while they were queued: fail them, never run them."""
-
-    items: tuple[T, ...]
-
-
-Decision: TypeAlias = Dispatch[T, W] | Expire[T]
 
 
 @dataclass(slots=True, eq=False)
