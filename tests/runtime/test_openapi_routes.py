@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+import yaml
 from quart_trio import QuartTrio
 
 from trioserve import __version__
 from trioserve.http.inference import create_inference_app
 from trioserve.http.management import create_management_app
+from trioserve.http.metrics import create_metrics_app
 from trioserve.http.openapi import (
+    DOCUMENT_FILES,
     documented_routes,
+    documents_folder,
     inference_document,
     management_document,
     werkzeug_rule_to_openapi,
 )
+from trioserve.metrics import ServerMetrics
 
 
 def app_routes(app: QuartTrio) -> set[tuple[str, str]]:
@@ -61,3 +67,23 @@ async def test_documents_are_served_without_a_token() -> None:
         assert (await client.get("/ping")).status_code == 401
         auth = {"Authorization": f"Bearer {tokens.key(KeyKind.INFERENCE)}"}
         assert (await client.get("/", headers=auth)).status_code == 405
+
+
+def make_app(api: str) -> QuartTrio:
+    if api == "inference":
+        return create_inference_app(object(), max_request_size=1000)  # type: ignore[arg-type]
+    if api == "management":
+        return create_management_app(object(), max_request_size=1000)  # type: ignore[arg-type]
+    return create_metrics_app(ServerMetrics(hostname="test"), max_request_size=1000)
+
+
+@pytest.mark.parametrize("api", sorted(DOCUMENT_FILES))
+async def test_each_app_serves_its_shipped_file(api: str) -> None:
+    """``OPTIONS /`` and ``GET /api-description`` answer the YAML file, with the server version."""
+    text = documents_folder().joinpath(DOCUMENT_FILES[api]).read_text(encoding="utf-8")
+    expected = yaml.safe_load(text)
+    expected["info"]["version"] = __version__
+    client = make_app(api).test_client()
+    for response in (await client.options("/"), await client.get("/api-description")):
+        assert response.status_code == 200
+        assert await response.get_json() == expected

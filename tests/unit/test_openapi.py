@@ -8,10 +8,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 
 from trioserve.http.openapi import (
+    DOCUMENT_FILES,
+    OPENAPI_VERSION,
+    TITLE,
+    VERSION_PLACEHOLDER,
     documented_routes,
+    documents_folder,
     inference_document,
     management_document,
     metrics_document,
@@ -147,6 +153,62 @@ def test_no_object_is_shared_within_a_document(doc: dict[str, Any]) -> None:
                 walk(child)
 
     walk(doc)
+
+
+def test_nested_parts_are_fresh_too() -> None:
+    # The 401 response is written once in the file and reused through YAML aliases.
+    first = inference_document(VERSION)
+    first["paths"]["/ping"]["get"]["responses"]["401"]["description"] = "changed"
+    first["paths"]["/predictions/{model_name}"]["parameters"][0]["name"] = "changed"
+    second = inference_document(VERSION)
+    assert second["paths"]["/ping"]["get"]["responses"]["401"]["description"] != "changed"
+    assert second["paths"]["/predictions/{model_name}"]["parameters"][0]["name"] == "model_name"
+
+
+# ----------------------------------------------------------------------------------------------
+# The YAML files shipped in the package
+
+
+def shipped_files() -> dict[str, Any]:
+    """File name -> parsed content of every file in the documents folder."""
+    return {
+        entry.name: yaml.safe_load(entry.read_text(encoding="utf-8"))
+        for entry in documents_folder().iterdir()
+        if entry.is_file()
+    }
+
+
+def test_the_folder_holds_only_yaml_documents() -> None:
+    entries = [entry.name for entry in documents_folder().iterdir()]
+    assert entries
+    assert all(name.endswith(".yaml") for name in entries), entries
+    assert set(DOCUMENT_FILES.values()) == set(entries)
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENT_FILES.values()))
+def test_shipped_file_validates_as_openapi_30(name: str) -> None:
+    raw = shipped_files()[name]
+    validate(raw, cls=OpenAPIV30SpecValidator)  # raises on any problem
+    assert raw["openapi"] == OPENAPI_VERSION
+    assert raw["info"]["title"] == TITLE
+    assert raw["info"]["version"] == VERSION_PLACEHOLDER
+
+
+def test_every_shipped_file_is_loaded_by_an_api() -> None:
+    """No orphan: each file is exactly the document of one API, give or take the version."""
+    loaded_by: dict[str, list[str]] = {}
+    for name, raw in shipped_files().items():
+        raw["info"]["version"] = VERSION
+        loaded_by[name] = [api for api, build in BUILDERS.items() if build(VERSION) == raw]
+    assert all(len(apis) == 1 for apis in loaded_by.values()), loaded_by
+    assert sorted(apis[0] for apis in loaded_by.values()) == sorted(BUILDERS), loaded_by
+    assert {apis[0]: name for name, apis in loaded_by.items()} == DOCUMENT_FILES
+
+
+def test_served_json_keeps_the_file_order(api: str, doc: dict[str, Any]) -> None:
+    raw = shipped_files()[DOCUMENT_FILES[api]]
+    raw["info"]["version"] = VERSION
+    assert json.dumps(doc) == json.dumps(raw)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -348,6 +410,16 @@ def test_register_model() -> None:
     assert set(responses) == {"200", "202", "400", "401", "404", "405", "409", "500"}
     for code in ("200", "202"):
         assert media_schema(responses[code]) == {"$ref": "#/components/schemas/Status"}
+
+
+def test_register_query_and_body_agree() -> None:
+    """The file writes each register parameter twice: in the query string and in the body."""
+    doc = management_document(VERSION)
+    params = query_params(doc["paths"]["/models"]["post"])
+    body = doc["components"]["schemas"]["RegisterModelRequest"]["properties"]
+    assert list(params) == list(body)
+    for name, param in params.items():
+        assert body[name] == {**param["schema"], "description": param["description"]}, name
 
 
 DESCRIBE_FIELDS = [
