@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
-from trioserve.core.errors import ServeError
+from trioserve.core.errors import ErrorKind, ServeError
 
 __all__ = ["KeyKind", "TokenStore", "bearer", "unauthorized"]
 
@@ -57,17 +57,16 @@ class KeyKind(enum.Enum):
 def unauthorized() -> ServeError:
     """The error for a missing, malformed, wrong or expired key."""
     return ServeError(
-        401,
-        "InvalidKeyException",
+        ErrorKind.UNAUTHENTICATED,
         "Token Authorization failed. Token either incorrect, expired, or not provided correctly",
     )
 
 
 def _bad_token_type() -> ServeError:
     return ServeError(
-        400,
-        "InvalidKeyException",
+        ErrorKind.BAD_INPUT,
         "Token Authentication failed. Token type must be one of management, inference",
+        reason="InvalidKeyException",
     )
 
 

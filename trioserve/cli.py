@@ -95,7 +95,7 @@ def _report_ready(message: str) -> None:
 def run_foreground(config: ServerConfig) -> int:
     import trio
 
-    from trioserve.runtime.server import ServerInfo, serve
+    from trioserve.server import ServerInfo, serve
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from trioserve.core.errors import ServeError
+from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Param
 from trioserve.core.request import InferenceRequest
 from trioserve.runtime.batcher import Batcher
@@ -24,7 +24,7 @@ def job(text: str) -> Job:
 
 
 def full() -> ServeError:
-    return ServeError(503, "ServiceUnavailableException", "full")
+    return ServeError(ErrorKind.UNAVAILABLE, "full")
 
 
 async def busy_worker(batcher: Batcher) -> Taker:

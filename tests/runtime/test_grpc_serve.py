@@ -22,14 +22,12 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
 )
 from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem
 from trioserve.core.model_settings import ModelSettings
-from trioserve.core.request import InferenceRequest
-from trioserve.grpc import serve_grpc
-from trioserve.grpc.bridge import _Bridge, _Servable
+from trioserve.grpc.bridge import GrpcListener, _Bridge, _Servable, serve_grpc
 from trioserve.grpc.calls import Dispatcher, Gate
 from trioserve.grpc.inference import InferenceRpcs
-from trioserve.runtime.jobs import Job
+from trioserve.runtime.dataplane import Dataplane
 from trioserve.runtime.model import ModelVersion, PoolSettings
-from trioserve.runtime.worker import WorkerSettings
+from trioserve.runtime.supervisor import WorkerSettings
 
 from .fakes import FakeLauncher, FakeProcess
 
@@ -40,8 +38,8 @@ class OneModelManager:
     def __init__(self, model: ModelVersion) -> None:
         self.model = model
 
-    def submit(self, request: InferenceRequest) -> Job:
-        return self.model.submit(request)
+    def get(self, name: str, version: str | None = None) -> ModelVersion:
+        return self.model
 
     def healthy(self) -> bool:
         return self.model.healthy
@@ -107,11 +105,9 @@ async def serving(
     stopped = trio.Event()
 
     async def run(*, task_status: trio.TaskStatus[dict[str, list[str]]]) -> None:
+        dataplane = Dataplane(OneModelManager(model))  # type: ignore[arg-type]
         await serve_grpc(
-            inference=("127.0.0.1", 0),
-            management=None,
-            manager=OneModelManager(model),  # type: ignore[arg-type]
-            management_service=None,  # type: ignore[arg-type]
+            [GrpcListener("grpc_inference", ("127.0.0.1", 0), [InferenceRpcs(dataplane)])],
             tokens=None,
             max_request_size=1000,
             shutdown_trigger=shutdown.wait,

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from quart import Response
 from quart_trio import QuartTrio
 
-from trioserve.http.common import NO_CACHE_HEADERS
+from trioserve.http.bodies import NO_CACHE_HEADERS
 from trioserve.http.metrics import create_metrics_app
 from trioserve.metrics import CONTENT_TYPE, ServerMetrics
 

@@ -16,7 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trioserve.auth import KeyKind, TokenStore, bearer, unauthorized
-from trioserve.core.errors import ServeError, grpc_status_for_http
+from trioserve.core.errors import ServeError
+from trioserve.grpc.errors import grpc_code
+from trioserve.http.errors import error_body, http_status
 
 URLSAFE_8 = re.compile(r"[A-Za-z0-9_-]{8}")
 START = 1_700_000_000.0  # 2023-11-14T22:13:20Z
@@ -46,9 +48,9 @@ def make(tmp_path: Path, clock: FakeClock | None = None, minutes: float = 60) ->
 
 def assert_unauthorized(info: pytest.ExceptionInfo[ServeError]) -> None:
     err = info.value
-    assert err.status == 401
-    assert err.body() == {"code": 401, "type": "InvalidKeyException", "message": AUTH_MESSAGE}
-    assert grpc_status_for_http(err.status) == 16  # UNAUTHENTICATED
+    assert http_status(err) == 401
+    assert error_body(err) == {"code": 401, "type": "InvalidKeyException", "message": AUTH_MESSAGE}
+    assert grpc_code(err) == 16  # UNAUTHENTICATED
 
 
 # -- the key file ----------------------------------------------------------------------------
@@ -278,7 +280,7 @@ def test_api_key_never_expires(tmp_path: Path) -> None:
 
 def test_unauthorized_error() -> None:
     err = unauthorized()
-    assert (err.status, err.type_name, err.message) == (401, "InvalidKeyException", AUTH_MESSAGE)
+    assert (http_status(err), err.reason, err.message) == (401, "InvalidKeyException", AUTH_MESSAGE)
 
 
 # -- regenerate (/token) -------------------------------------------------------------------------
@@ -364,7 +366,7 @@ def test_regenerate_bad_type_is_400(tmp_path: Path, kind_name: str) -> None:
     file_before = store.path.read_bytes()
     with pytest.raises(ServeError) as info:
         store.regenerate(kind_name, f"Bearer {store.key(KeyKind.API)}")
-    assert info.value.body() == {
+    assert error_body(info.value) == {
         "code": 400,
         "type": "InvalidKeyException",
         "message": "Token Authentication failed. Token type must be one of management, inference",

@@ -1,4 +1,4 @@
-"""The Trio side of the gRPC transport: admission, aborts, error shaping, the sequence router."""
+"""The Trio side of the gRPC transport: admission, aborts, error shaping; the sequence router."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import pytest
 import trio
 import trio.testing
 
-from trioserve.core.errors import ServeError
+from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Param
 from trioserve.core.request import InferenceRequest
 from trioserve.grpc.calls import Dispatcher, Gate, RpcContext, Unary, single_error
-from trioserve.grpc.sequences import SequenceRequest, StatelessSequences
+from trioserve.http.errors import http_status
+from trioserve.runtime.sequences import StatelessSequences
 
 CONTEXT = RpcContext(method="Predictions", metadata=(("authorization", "Bearer k"),))
 
@@ -25,7 +26,7 @@ async def test_unexpected_exceptions_become_internal_errors(
 
     with caplog.at_level(logging.ERROR), pytest.raises(ServeError) as info:
         await Dispatcher(Gate(), None).unary(Unary(broken), object(), CONTEXT)
-    assert (info.value.status, info.value.message) == (500, "ValueError: boom")
+    assert (http_status(info.value), info.value.message) == (500, "ValueError: boom")
     assert "unexpected error in a gRPC method" in caplog.text
 
 
@@ -49,10 +50,10 @@ async def test_a_closed_gate_refuses_and_abort_ends_running_calls() -> None:
         gate.close()
         with pytest.raises(ServeError) as refused:
             await dispatcher.unary(Unary(forever), object(), CONTEXT)
-        assert refused.value.status == 503 and "shutting down" in refused.value.message
+        assert http_status(refused.value) == 503 and "shutting down" in refused.value.message
         gate.abort_all()
     (aborted,) = outcome
-    assert isinstance(aborted, ServeError) and aborted.status == 503
+    assert isinstance(aborted, ServeError) and http_status(aborted) == 503
     assert "shut down before this call finished" in aborted.message
 
 
@@ -63,25 +64,19 @@ def test_authorization_metadata_ambiguity_is_missing() -> None:
 
 
 def test_single_error_prefers_the_serve_error() -> None:
-    error = ServeError(404, "X", "gone")
+    error = ServeError(ErrorKind.NOT_FOUND, "gone")
     group = BaseExceptionGroup("g", [RuntimeError("x"), BaseExceptionGroup("h", [error])])
     assert single_error(group) is error
     plain = RuntimeError("x")
     assert single_error(BaseExceptionGroup("g", [plain])) is plain
 
 
-def test_stateless_sequences_need_an_id_and_pass_it_as_a_header() -> None:
-    submitted: list[InferenceRequest] = []
-
-    def submit(request: InferenceRequest) -> object:
-        submitted.append(request)
-        return "job"
-
-    router = StatelessSequences(submit, sequence_id_header="x-seq")  # type: ignore[arg-type]
+def test_stateless_sequences_pass_the_id_as_a_header_once() -> None:
+    router = StatelessSequences(sequence_id_header="x-seq")
     params = [Param("data", b"1")]
-    with pytest.raises(ServeError) as info:
-        router.submit(SequenceRequest("m", None, params, None))
-    assert (info.value.status, info.value.message) == (400, "Parameter sequenceId is required.")
-    accepted = router.submit(SequenceRequest("m", "2.0", params, "s1"))
-    assert (accepted.sequence_id, accepted.job) == ("s1", "job")
-    assert submitted[0].headers == [("x-seq", "s1")] and submitted[0].version == "2.0"
+    request = InferenceRequest("m", "2.0", params, sequence_id="s1")
+    assert router.route(request) == "s1"
+    assert request.headers == [("x-seq", "s1")] and request.version == "2.0"
+    sent = InferenceRequest("m", None, params, headers=[("X-Seq", "s2")], sequence_id="s2")
+    assert router.route(sent) == "s2"
+    assert sent.headers == [("X-Seq", "s2")]  # the client's own header is not doubled

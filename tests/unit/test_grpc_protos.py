@@ -13,9 +13,11 @@ import pytest
 from google.protobuf import descriptor_pb2
 from google.rpc import error_details_pb2
 
-from trioserve.core.errors import ServeError
-from trioserve.grpc.calls import grpc_code
+from trioserve.core import errors
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.grpc.errors import GRPC_STATUS, grpc_code
 from trioserve.grpc.inference import in_band_status
+from trioserve.http.errors import HTTP_STATUS, http_status
 
 REPO = Path(__file__).resolve().parents[2]
 F = descriptor_pb2.FieldDescriptorProto
@@ -237,13 +239,33 @@ def test_only_the_bridge_touches_asyncio() -> None:
     [(400, 3), (401, 16), (403, 7), (404, 5), (409, 10), (413, 8), (418, 9), (500, 13),
      (503, 14), (504, 4), (507, 8)],
 )  # fmt: skip
-def test_status_codes(status: int, code: int) -> None:
-    assert grpc_code(ServeError(status, "X", "m")) == code
+def test_handler_status_codes(status: int, code: int) -> None:
+    """A handler's own failure code maps as TorchServe's gRPC transport maps statuses."""
+    assert grpc_code(errors.prediction_failed(status, "m")) == code
+
+
+@pytest.mark.parametrize(
+    ("kind", "status", "code"),
+    [(ErrorKind.BAD_INPUT, 400, 3), (ErrorKind.UNAUTHENTICATED, 401, 16),
+     (ErrorKind.FORBIDDEN, 403, 7), (ErrorKind.NOT_FOUND, 404, 5),
+     (ErrorKind.NOT_ALLOWED, 405, 9), (ErrorKind.CONFLICT, 409, 10),
+     (ErrorKind.TOO_LARGE, 413, 8), (ErrorKind.CANCELLED, 499, 1),
+     (ErrorKind.INTERNAL, 500, 13), (ErrorKind.WORKER_FAILED, 500, 13),
+     (ErrorKind.NOT_IMPLEMENTED, 501, 12), (ErrorKind.UNAVAILABLE, 503, 14),
+     (ErrorKind.TIMEOUT, 504, 4), (ErrorKind.OUT_OF_MEMORY, 507, 8)],
+)  # fmt: skip
+def test_error_kinds_map_once_per_transport(kind: ErrorKind, status: int, code: int) -> None:
+    error = ServeError(kind, "m")
+    assert (http_status(error), grpc_code(error)) == (status, code)
+
+
+def test_every_error_kind_has_a_status_in_both_tables() -> None:
+    assert set(HTTP_STATUS) == set(GRPC_STATUS) == set(ErrorKind)
 
 
 def test_in_band_status_carries_an_error_info() -> None:
     reason = "R" * 200  # a length that needs two varint bytes
-    status = in_band_status(ServeError(400, reason, "bad"))
+    status = in_band_status(ServeError(ErrorKind.BAD_INPUT, "bad", reason=reason))
     assert (status.code, status.message) == (3, "bad")
     (detail,) = status.details
     assert detail.type_url == "type.googleapis.com/google.rpc.ErrorInfo"

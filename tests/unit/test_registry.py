@@ -2,6 +2,7 @@ import pytest
 
 from trioserve.core.errors import ServeError
 from trioserve.core.registry import Registry, version_key
+from trioserve.http.errors import http_status
 
 
 def test_first_version_is_default_and_lookup_rules() -> None:
@@ -12,11 +13,11 @@ def test_first_version_is_default_and_lookup_rules() -> None:
     assert r.get("m", "2.0") == "b"
     with pytest.raises(ServeError) as e:
         r.get("m", "3.0")
-    assert e.value.status == 404
+    assert http_status(e.value) == 404
     assert e.value.message == "Model version: 3.0 does not exist for model: m"
     with pytest.raises(ServeError) as e:
         r.get("nope")
-    assert (e.value.status, e.value.type_name) == (404, "ModelNotFoundException")
+    assert (http_status(e.value), e.value.reason) == (404, "ModelNotFoundException")
 
 
 def test_duplicate_is_conflict() -> None:
@@ -24,7 +25,7 @@ def test_duplicate_is_conflict() -> None:
     r.add("m", "1", 1)
     with pytest.raises(ServeError) as e:
         r.add("m", "1", 2)
-    assert e.value.status == 409
+    assert http_status(e.value) == 409
 
 
 def test_default_cannot_be_removed_while_others_exist() -> None:
@@ -33,7 +34,7 @@ def test_default_cannot_be_removed_while_others_exist() -> None:
     r.add("m", "2", 2)
     with pytest.raises(ServeError) as e:
         r.remove("m")
-    assert e.value.status == 403
+    assert http_status(e.value) == 403
     assert r.remove("m", "2") == 2
     assert r.remove("m") == 1
     assert len(r) == 0

@@ -1,14 +1,78 @@
 """Transport-neutral errors.
 
-Every failure a client can see is a :class:`ServeError`: an HTTP status, the TorchServe
-exception type name (the ``type`` field of the error body) and a message that says what
-happened and what to do. Each transport maps it once: HTTP uses the status and the
-``{"code", "type", "message"}`` body, gRPC maps the status with :data:`GRPC_STATUS_FOR_HTTP`.
+Every failure a client can see is a :class:`ServeError`: an :class:`ErrorKind` (what went
+wrong, in terms no transport owns), a *reason* (a stable machine-readable name such as
+``ModelNotFoundException``; TorchServe's exception names are kept, because its clients read
+them) and a message that says what happened and what to do. Nothing here knows a status
+code: each adapter maps kinds once, HTTP in :mod:`trioserve.http.errors` (status and
+TorchServe body), gRPC in :mod:`trioserve.grpc.errors` (status code and ``ErrorInfo``).
+
+The one number an error may carry is ``code``, on :attr:`ErrorKind.HANDLER_FAILED` only:
+a handler may choose the status of its own failure (``PredictionException(message, code)``
+in TorchServe's handler contract), and adapters honour it.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import enum
+
+
+class ErrorKind(enum.Enum):
+    """What went wrong, independent of the transport that reports it."""
+
+    BAD_INPUT = "bad_input"  # the request is malformed or names an invalid value
+    UNAUTHENTICATED = "unauthenticated"  # missing, wrong or expired key
+    FORBIDDEN = "forbidden"  # understood, but not allowed in the current state
+    NOT_FOUND = "not_found"  # no such model, version or resource
+    NOT_ALLOWED = "not_allowed"  # the operation is switched off or not offered there
+    CONFLICT = "conflict"  # it exists already
+    TOO_LARGE = "too_large"  # over a size limit
+    UNAVAILABLE = "unavailable"  # no worker, queue full, shutting down: retry later
+    TIMEOUT = "timeout"  # the request's deadline passed before it could run
+    WORKER_FAILED = "worker_failed"  # the worker died or broke the protocol
+    OUT_OF_MEMORY = "out_of_memory"  # the worker was killed, most likely for memory
+    HANDLER_FAILED = "handler_failed"  # the handler reported a failure (``code`` may say which)
+    CANCELLED = "cancelled"  # the client went away
+    NOT_IMPLEMENTED = "not_implemented"
+    INTERNAL = "internal"  # a bug: no code path meant to raise it
+
+    @property
+    def client_fault(self) -> bool:
+        """True when retrying the same request unchanged cannot help (a 4xx-style error)."""
+        return self in _CLIENT_FAULTS
+
+
+_CLIENT_FAULTS = frozenset(
+    {
+        ErrorKind.BAD_INPUT,
+        ErrorKind.UNAUTHENTICATED,
+        ErrorKind.FORBIDDEN,
+        ErrorKind.NOT_FOUND,
+        ErrorKind.NOT_ALLOWED,
+        ErrorKind.CONFLICT,
+        ErrorKind.TOO_LARGE,
+        ErrorKind.CANCELLED,
+    }
+)
+
+# The reason an error has when its constructor names none.
+DEFAULT_REASON: dict[ErrorKind, str] = {
+    ErrorKind.BAD_INPUT: "BadRequestException",
+    ErrorKind.UNAUTHENTICATED: "InvalidKeyException",
+    ErrorKind.FORBIDDEN: "ForbiddenException",
+    ErrorKind.NOT_FOUND: "ResourceNotFoundException",
+    ErrorKind.NOT_ALLOWED: "MethodNotAllowedException",
+    ErrorKind.CONFLICT: "ConflictStatusException",
+    ErrorKind.TOO_LARGE: "RequestTooLargeException",
+    ErrorKind.UNAVAILABLE: "ServiceUnavailableException",
+    ErrorKind.TIMEOUT: "ServiceUnavailableException",
+    ErrorKind.WORKER_FAILED: "InternalServerException",
+    ErrorKind.OUT_OF_MEMORY: "InternalServerException",
+    ErrorKind.HANDLER_FAILED: "InternalServerException",
+    ErrorKind.CANCELLED: "ClientClosedRequest",
+    ErrorKind.NOT_IMPLEMENTED: "NotImplementedException",
+    ErrorKind.INTERNAL: "InternalServerException",
+}
 
 
 class ServeError(Exception):
@@ -16,69 +80,71 @@ class ServeError(Exception):
 
     def __init__(
         self,
-        status: int,
-        type_name: str,
+        kind: ErrorKind,
         message: str,
         *,
+        reason: str | None = None,
         retry_after: int | None = None,
+        code: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
-        self.type_name = type_name
+        self.kind = kind
         self.message = message
-        self.retry_after = retry_after
+        self.reason = reason if reason is not None else DEFAULT_REASON[kind]
+        self.retry_after = retry_after  # seconds after which a retry may succeed
+        self.code = code if kind is ErrorKind.HANDLER_FAILED else None
 
-    def body(self) -> dict[str, object]:
-        """The TorchServe error body, keys in TorchServe's order."""
-        return {"code": self.status, "type": self.type_name, "message": self.message}
+    @property
+    def client_fault(self) -> bool:
+        """True when retrying the same request unchanged cannot help. A handler's own
+        status code decides for a handler failure that carries one."""
+        if self.code is not None:
+            return 400 <= self.code < 500
+        return self.kind.client_fault
 
     def __repr__(self) -> str:
-        return f"ServeError({self.status}, {self.type_name!r}, {self.message!r})"
+        return f"ServeError({self.kind.name}, {self.reason!r}, {self.message!r})"
 
 
 def bad_request(message: str) -> ServeError:
-    return ServeError(400, "BadRequestException", message)
+    return ServeError(ErrorKind.BAD_INPUT, message)
 
 
 def model_not_found(name: str) -> ServeError:
-    return ServeError(404, "ModelNotFoundException", f"Model not found: {name}")
+    return ServeError(
+        ErrorKind.NOT_FOUND, f"Model not found: {name}", reason="ModelNotFoundException"
+    )
 
 
 def version_not_found(name: str, version: str) -> ServeError:
     return ServeError(
-        404,
-        "ModelVersionNotFoundException",
+        ErrorKind.NOT_FOUND,
         f"Model version: {version} does not exist for model: {name}",
+        reason="ModelVersionNotFoundException",
     )
 
 
 def resource_not_found() -> ServeError:
     return ServeError(
-        404,
-        "ResourceNotFoundException",
-        "Requested resource is not found, please refer to API document.",
+        ErrorKind.NOT_FOUND, "Requested resource is not found, please refer to API document."
     )
 
 
 def method_not_allowed() -> ServeError:
     return ServeError(
-        405,
-        "MethodNotAllowedException",
-        "Requested method is not allowed, please refer to API document.",
+        ErrorKind.NOT_ALLOWED, "Requested method is not allowed, please refer to API document."
     )
 
 
 def request_too_large(limit: int) -> ServeError:
     return ServeError(
-        413,
-        "RequestTooLargeException",
-        f"Request body is larger than max_request_size ({limit} bytes).",
+        ErrorKind.TOO_LARGE, f"Request body is larger than max_request_size ({limit} bytes)."
     )
 
 
 def internal_error(exc: BaseException) -> ServeError:
-    """An exception no code path meant to raise, reported as a 500 that names it."""
-    return ServeError(500, "InternalServerException", f"{type(exc).__name__}: {exc}")
+    """An exception no code path meant to raise, reported with its name."""
+    return ServeError(ErrorKind.INTERNAL, f"{type(exc).__name__}: {exc}")
 
 
 def _model_label(name: str, version: str | None) -> str:
@@ -86,10 +152,9 @@ def _model_label(name: str, version: str | None) -> str:
 
 
 def no_worker(name: str, version: str | None, why: str) -> ServeError:
-    """503: the request could not be queued. ``why`` names the limit that was hit."""
+    """The request could not be queued. ``why`` names the limit that was hit."""
     return ServeError(
-        503,
-        "ServiceUnavailableException",
+        ErrorKind.UNAVAILABLE,
         f"{_model_label(name, version)} has no worker to serve inference request: {why}",
         retry_after=1,
     )
@@ -106,50 +171,38 @@ def queue_full(name: str, version: str | None, capacity: int) -> ServeError:
 
 def worker_died(detail: str = "") -> ServeError:
     message = "Worker died." if not detail else f"Worker died. {detail}"
-    return ServeError(500, "InternalServerException", message)
+    return ServeError(ErrorKind.WORKER_FAILED, message)
 
 
 def worker_killed_oom(detail: str = "") -> ServeError:
     message = "Worker died." if not detail else f"Worker died. {detail}"
-    return ServeError(507, "InternalServerException", message)
+    return ServeError(ErrorKind.OUT_OF_MEMORY, message)
 
 
-def prediction_failed(status: int, message: str) -> ServeError:
-    """A batch-level error reported by a worker (handler raised, bad output, ...)."""
-    return ServeError(status, "InternalServerException", message)
+def prediction_failed(code: int, message: str) -> ServeError:
+    """A batch-level failure reported by a worker (handler raised, bad output, ...), with
+    the status code the worker chose (TorchServe's ``PredictionException`` code)."""
+    return ServeError(ErrorKind.HANDLER_FAILED, message, code=code)
 
 
 def shutting_down() -> ServeError:
     return ServeError(
-        503,
-        "ServiceUnavailableException",
+        ErrorKind.UNAVAILABLE,
         "The server is shutting down and does not accept new requests.",
         retry_after=5,
     )
 
 
-# HTTP status -> gRPC status code (spec §1.4).
-GRPC_STATUS_FOR_HTTP: Final[dict[int, int]] = {
-    400: 3,  # INVALID_ARGUMENT
-    401: 16,  # UNAUTHENTICATED
-    403: 7,  # PERMISSION_DENIED
-    404: 5,  # NOT_FOUND
-    409: 10,  # ABORTED
-    413: 8,  # RESOURCE_EXHAUSTED
-    429: 8,
-    416: 11,  # OUT_OF_RANGE
-    499: 1,  # CANCELLED
-    501: 12,  # UNIMPLEMENTED
-    503: 14,  # UNAVAILABLE
-    504: 4,  # DEADLINE_EXCEEDED
-}
+def deadline_passed() -> ServeError:
+    return ServeError(
+        ErrorKind.TIMEOUT,
+        "The request's deadline passed while it waited in the queue; it was not run.",
+    )
 
 
-def grpc_status_for_http(status: int) -> int:
-    if 200 <= status < 300:
-        return 0
-    if status in GRPC_STATUS_FOR_HTTP:
-        return GRPC_STATUS_FOR_HTTP[status]
-    if 400 <= status < 500:
-        return 9  # FAILED_PRECONDITION
-    return 13  # INTERNAL
+
+def deadline_exceeded() -> ServeError:
+    return ServeError(
+        ErrorKind.TIMEOUT,
+        "The request's deadline passed before its answer came; it was cancelled.",
+    )

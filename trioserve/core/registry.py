@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from trioserve.core.errors import ServeError, model_not_found, version_not_found
+from trioserve.core.errors import ErrorKind, ServeError, model_not_found, version_not_found
 
 T = TypeVar("T")
 
@@ -33,8 +33,7 @@ class Registry(Generic[T]):
         versions = self._models.setdefault(name, {})
         if version in versions:
             raise ServeError(
-                409,
-                "ConflictStatusException",
+                ErrorKind.CONFLICT,
                 f"Model version {version} is already registered for model {name}",
             )
         versions[version] = entry
@@ -67,9 +66,9 @@ class Registry(Generic[T]):
             raise model_not_found(name)
         if version not in versions:
             raise ServeError(
-                404,
-                "ModelVersionNotFoundException",
+                ErrorKind.NOT_FOUND,
                 f"Model version {version} does not exist for model {name}",
+                reason="ModelVersionNotFoundException",
             )
         self._default[name] = version
 
@@ -84,9 +83,9 @@ class Registry(Generic[T]):
             raise version_not_found(name, target)
         if target == default and len(versions) > 1:
             raise ServeError(
-                403,
-                "InvalidModelVersionException",
+                ErrorKind.FORBIDDEN,
                 f"Cannot remove default version for model {name}",
+                reason="InvalidModelVersionException",
             )
         return target
 

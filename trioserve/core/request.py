@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import uuid
 from dataclasses import dataclass, field
 
@@ -25,8 +26,26 @@ class InferenceRequest:
     params: list[Param]
     headers: list[tuple[str, str]] = field(default_factory=list)
     request_id: str = field(default_factory=new_request_id)
-    # The latest (trio clock) time the request may still start; None = no deadline.
+    # The (trio clock) time by which the answer must have come; None = no deadline. A
+    # request still queued then is failed unrun; one running is cancelled.
     deadline: float | None = None
+    # The sequence the request belongs to (TorchServe's sequence id); None = none.
+    sequence_id: str | None = None
 
     def work_item(self) -> WorkItem:
         return WorkItem(self.request_id, self.headers, self.params)
+
+
+class Outcome(enum.Enum):
+    """How a request ended, as the response-class metrics (``Requests2XX``...) count it."""
+
+    OK = "ok"
+    CLIENT_ERROR = "client_error"
+    SERVER_ERROR = "server_error"
+
+    @staticmethod
+    def of_status(status: int) -> Outcome:
+        """The class of a reply whose handler chose its status code."""
+        if status < 400:
+            return Outcome.OK
+        return Outcome.CLIENT_ERROR if status < 500 else Outcome.SERVER_ERROR

@@ -28,7 +28,7 @@ import logging
 import socket
 import struct
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -42,8 +42,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.protocol import H2Protocol
 
-from trioserve._proto.org.pytorch.serve.grpc.inference import InferenceApIsServiceBase
-from trioserve._proto.org.pytorch.serve.grpc.management import ManagementApIsServiceBase
 from trioserve.auth import TokenStore
 from trioserve.core.errors import ServeError
 from trioserve.grpc.calls import (
@@ -57,16 +55,10 @@ from trioserve.grpc.calls import (
     Service,
     Unary,
     client_went_away,
-    grpc_code,
     message_too_large,
     missing_message,
 )
-from trioserve.grpc.inference import InferenceRpcs
-from trioserve.grpc.management import ManagementRpcs
-from trioserve.grpc.sequences import DEFAULT_SEQUENCE_ID_HEADER
-from trioserve.metrics import ServerMetrics
-from trioserve.runtime.management import ManagementService
-from trioserve.runtime.manager import ModelManager
+from trioserve.grpc.errors import grpc_code
 
 log = logging.getLogger("trioserve.grpc")
 
@@ -200,7 +192,12 @@ class _Bridge:
         request_type: type[Any],
         stream: grpclib.server.Stream[Any, Any],
     ) -> None:
-        context = RpcContext(method=name, metadata=_text_metadata(stream), peer=_peer(stream))
+        context = RpcContext(
+            method=name,
+            metadata=_text_metadata(stream),
+            peer=_peer(stream),
+            timeout=None if stream.deadline is None else stream.deadline.time_remaining(),
+        )
         dispatcher = self._dispatcher
         dispatcher.authorize(service.key_kind, context)
         if isinstance(method, Unary):
@@ -297,8 +294,8 @@ class _Server(grpclib.server.Server):
     connections open (grpclib 0.4); shutdown closes them with :meth:`close_connections`.
     """
 
-    def __init__(self, servable: _Servable) -> None:
-        super().__init__([servable])
+    def __init__(self, servables: list[_Servable]) -> None:
+        super().__init__(servables)
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
 
     def _protocol_factory(self) -> H2Protocol:
@@ -313,8 +310,8 @@ class _Server(grpclib.server.Server):
                 connection.close()
 
 
-async def _start(servable: _Servable, sock: socket.socket) -> _Server:
-    server = _Server(servable)
+async def _start(servables: list[_Servable], sock: socket.socket) -> _Server:
+    server = _Server(servables)
     await server.start(sock=sock)
     return server
 
@@ -325,52 +322,47 @@ async def _close(server: _Server) -> None:
     server.close_connections()
 
 
+@dataclass(frozen=True, slots=True)
+class GrpcListener:
+    """One gRPC port: its API name (``"grpc_inference"``), address and services."""
+
+    api: str
+    address: HostPort
+    services: Sequence[Service]
+
+
 async def serve_grpc(
+    listeners_plan: Sequence[GrpcListener],
     *,
-    inference: HostPort | None,
-    management: HostPort | None,
-    manager: ModelManager,
-    management_service: ManagementService,
     tokens: TokenStore | None,
     max_request_size: int,
     shutdown_trigger: Callable[[], Awaitable[None]],
     graceful_timeout: float = 10.0,
-    metrics: ServerMetrics | None = None,
-    sequence_id_header: str = DEFAULT_SEQUENCE_ID_HEADER,
     task_status: trio.TaskStatus[dict[str, list[str]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve TorchServe's gRPC inference and management APIs until shutdown.
+    """Serve each planned gRPC port until shutdown.
 
     ``task_status.started`` receives ``{"grpc_inference": ["host:port"], ...}`` once every
     socket listens (a port of 0 reports the port the system chose). When
     ``shutdown_trigger`` returns, new calls are refused with UNAVAILABLE while the calls in
     flight get up to ``graceful_timeout`` seconds to finish; then the servers close
-    (cancelling what is left, which cancels its jobs) and this returns.
+    (cancelling what is left, which cancels its requests) and this returns.
     """
     gate = Gate()
     bridge = _Bridge(Dispatcher(gate, tokens), max_request_size)
-    plan: list[tuple[str, HostPort, Mapping[str, grpclib.const.Handler], Service]] = []
-    if inference is not None:
-        rpcs = InferenceRpcs(manager, metrics=metrics, sequence_id_header=sequence_id_header)
-        plan.append(("grpc_inference", inference, InferenceApIsServiceBase().__mapping__(), rpcs))
-    if management is not None:
-        plan.append(
-            (
-                "grpc_management",
-                management,
-                ManagementApIsServiceBase().__mapping__(),
-                ManagementRpcs(management_service),
-            )
-        )
     async with trio_asyncio.open_loop():
         listeners: list[_Listener] = []
         try:
-            for api, (host, port), generated, service in plan:
-                sock = _listening_socket(host, port)
+            for planned in listeners_plan:
+                api = planned.api
+                sock = _listening_socket(*planned.address)
                 url = _url(sock)
                 try:
-                    servable = _Servable(generated, service, bridge)
-                    server = await trio_asyncio.aio_as_trio(_start)(servable, sock)
+                    servables = [
+                        _Servable(service.base().__mapping__(), service, bridge)
+                        for service in planned.services
+                    ]
+                    server = await trio_asyncio.aio_as_trio(_start)(servables, sock)
                 except BaseException:
                     sock.close()
                     raise
@@ -399,4 +391,4 @@ async def serve_grpc(
             log.info("gRPC listeners closed")
 
 
-__all__ = ["HostPort", "serve_grpc"]
+__all__ = ["GrpcListener", "HostPort", "serve_grpc"]

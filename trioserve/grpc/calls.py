@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import trio
 
 from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
-from trioserve.core.errors import ServeError, grpc_status_for_http
+from trioserve.core.errors import ErrorKind, ServeError
 
 log = logging.getLogger("trioserve.grpc")
 
@@ -31,9 +31,6 @@ Resp = TypeVar("Resp")
 Send = Callable[[Resp], Awaitable[None]]
 Receive = Callable[[], Awaitable[Req | None]]  # None: the client half-closed its side
 
-RESOURCE_EXHAUSTED = 8  # google.rpc.Code
-
-
 @dataclass(frozen=True, slots=True)
 class RpcContext:
     """What an implementation may know about the call besides its messages."""
@@ -41,6 +38,14 @@ class RpcContext:
     method: str  # the rpc name, e.g. "Predictions"
     metadata: tuple[tuple[str, str], ...]  # invocation metadata as received (text values)
     peer: str | None = None
+    timeout: float | None = None  # seconds the client's deadline left when the call came
+    deadline: float | None = None  # that deadline on the trio clock (set on the trio side)
+
+    def on_trio_clock(self) -> RpcContext:
+        """This context with ``deadline`` set from ``timeout`` (call it on the trio side)."""
+        if self.timeout is None or self.deadline is not None:
+            return self
+        return replace(self, deadline=trio.current_time() + self.timeout)
 
     def authorization(self) -> str | None:
         """The ``authorization`` metadata value (None if absent or given twice)."""
@@ -66,22 +71,13 @@ Method = Unary[Any, Any] | ServerStreaming[Any, Any] | BidiStreaming[Any, Any]
 
 
 class Service(Protocol):
-    """One gRPC service: which key guards it and how each rpc is implemented."""
+    """One gRPC service: which key guards it, which generated service base declares its
+    rpcs (paths, cardinalities, message types) and how each rpc is implemented."""
 
     key_kind: KeyKind
+    base: ClassVar[type[Any]]  # the generated grpclib base class (its __mapping__ is used)
 
     def methods(self) -> Mapping[str, Method]: ...
-
-
-def grpc_code(error: ServeError) -> int:
-    """The gRPC status code for a transport-neutral error (spec §1.4).
-
-    507 (a worker killed for memory) is RESOURCE_EXHAUSTED, as TorchServe's gRPC
-    transport reports it; everything else follows the shared HTTP -> gRPC table.
-    """
-    if error.status == 507:
-        return RESOURCE_EXHAUSTED
-    return grpc_status_for_http(error.status)
 
 
 def unexpected(exc: Exception) -> ServeError:
@@ -92,8 +88,7 @@ def unexpected(exc: Exception) -> ServeError:
 
 def message_too_large(size: int, limit: int) -> ServeError:
     return ServeError(
-        413,
-        "RequestTooLargeException",
+        ErrorKind.TOO_LARGE,
         f"Received message larger than max_request_size ({size} vs. {limit} bytes).",
     )
 
@@ -103,7 +98,7 @@ class ClientGone(ServeError):
 
 
 def client_went_away() -> ClientGone:
-    return ClientGone(499, "ClientClosedRequest", "The client closed the stream.")
+    return ClientGone(ErrorKind.CANCELLED, "The client closed the stream.")
 
 
 def missing_message() -> ServeError:
@@ -112,8 +107,7 @@ def missing_message() -> ServeError:
 
 def aborted_by_shutdown() -> ServeError:
     return ServeError(
-        503,
-        "ServiceUnavailableException",
+        ErrorKind.UNAVAILABLE,
         "The server shut down before this call finished (shutdown_grace_seconds).",
         retry_after=5,
     )
@@ -176,7 +170,7 @@ class Dispatcher:
 
     async def unary(self, method: Unary[Any, Any], request: Any, context: RpcContext) -> Any:
         with self._running():
-            return await method.func(request, context)
+            return await method.func(request, context.on_trio_clock())
 
     async def server_streaming(
         self,
@@ -186,7 +180,7 @@ class Dispatcher:
         send: Send[Any],
     ) -> None:
         with self._running():
-            await method.func(request, context, send)
+            await method.func(request, context.on_trio_clock(), send)
 
     async def bidi_streaming(
         self,
@@ -196,7 +190,7 @@ class Dispatcher:
         send: Send[Any],
     ) -> None:
         with self._running():
-            await method.func(receive, context, send)
+            await method.func(receive, context.on_trio_clock(), send)
 
 
 def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -1,8 +1,10 @@
 """TorchServe's gRPC inference service (port 7070), on the Trio side of the bridge.
 
-Each rpc builds the same transport-neutral :class:`InferenceRequest` the HTTP routes build
-and reads the job's replies; the job is cancelled whenever the call ends early (deadline,
-client cancel, stream error), which drops a queued job or tells the worker to stop.
+Each rpc builds the same transport-neutral :class:`InferenceRequest` the HTTP routes build,
+submits it to the :class:`~trioserve.runtime.dataplane.Dataplane` and reads the call's
+replies; the call is cancelled whenever the rpc ends early (deadline, client cancel, stream
+error), which drops a queued request or tells the worker to stop. The call's ``grpc-timeout``
+becomes the request's deadline, honoured while it waits in the queue.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import trio
 
@@ -17,6 +20,7 @@ from trioserve._proto.google.protobuf import Any as AnyMessage
 from trioserve._proto.google.protobuf import Empty
 from trioserve._proto.google.rpc import Status
 from trioserve._proto.org.pytorch.serve.grpc.inference import (
+    InferenceApIsServiceBase,
     PredictionResponse,
     PredictionsRequest,
     TorchServeHealthResponse,
@@ -34,19 +38,10 @@ from trioserve.grpc.calls import (
     Send,
     ServerStreaming,
     Unary,
-    grpc_code,
     single_error,
 )
-from trioserve.grpc.sequences import (
-    DEFAULT_SEQUENCE_ID_HEADER,
-    Accepted,
-    SequenceRequest,
-    SequenceRouter,
-    StatelessSequences,
-)
-from trioserve.metrics import ServerMetrics
-from trioserve.runtime.jobs import Job
-from trioserve.runtime.manager import ModelManager
+from trioserve.grpc.errors import grpc_code
+from trioserve.runtime.dataplane import Call, Dataplane
 
 # How many requests of one StreamPredictions2 stream may wait for their answers before the
 # server stops reading the stream (HTTP/2 flow control then holds the client back).
@@ -95,7 +90,7 @@ def in_band_status(error: ServeError) -> Status:
         details=[
             AnyMessage(
                 type_url=ERROR_INFO_TYPE_URL,
-                value=_error_info(error.type_name, ERROR_DOMAIN),
+                value=_error_info(error.reason, ERROR_DOMAIN),
             )
         ],
     )
@@ -106,28 +101,19 @@ class _Pending:
     """One StreamPredictions2 request waiting for its turn to be answered."""
 
     sequence_id: str | None
-    accepted: Accepted | None = None
+    call: Call | None = None
     error: ServeError | None = None
 
 
 class InferenceRpcs:
-    """``org.pytorch.serve.grpc.inference.InferenceAPIsService``."""
+    """``org.pytorch.serve.grpc.inference.InferenceAPIsService``: a thin adapter that turns
+    each message into an :class:`InferenceRequest` for the :class:`Dataplane`."""
 
     key_kind = KeyKind.INFERENCE
+    base: ClassVar[type[Any]] = InferenceApIsServiceBase
 
-    def __init__(
-        self,
-        manager: ModelManager,
-        *,
-        metrics: ServerMetrics | None = None,
-        sequences: SequenceRouter | None = None,
-        sequence_id_header: str = DEFAULT_SEQUENCE_ID_HEADER,
-    ) -> None:
-        self._manager = manager
-        self._metrics = metrics
-        self._sequences = sequences or StatelessSequences(
-            self.submit, sequence_id_header=sequence_id_header
-        )
+    def __init__(self, dataplane: Dataplane) -> None:
+        self._dataplane = dataplane
 
     def methods(self) -> dict[str, Method]:
         return {
@@ -137,69 +123,47 @@ class InferenceRpcs:
             "StreamPredictions2": BidiStreaming(self.stream_predictions2),
         }
 
-    # -- the shared path of a request -------------------------------------------------
-
-    def submit(self, request: InferenceRequest) -> Job:
-        if self._metrics is not None:
-            self._metrics.request_received(request.model, request.version)
-        return self._manager.submit(request)
-
-    def _finished(self, job: Job) -> None:
-        if self._metrics is None or job.started_at is None:
-            return
-        request = job.request
-        self._metrics.request_finished(
-            request.model,
-            request.version,
-            latency_us=(trio.current_time() - job.enqueued_at) * 1e6,
-            queue_us=(job.started_at - job.enqueued_at) * 1e6,
-        )
-
-    def _job(self, request: PredictionsRequest) -> Job:
-        return self.submit(
+    def _submit(
+        self, message: PredictionsRequest, context: RpcContext, sequence_id: str | None = None
+    ) -> Call:
+        return self._dataplane.submit(
             InferenceRequest(
-                model=_required_model(request),
-                version=request.model_version or None,
-                params=handler_params(request.input),
+                model=_required_model(message),
+                version=message.model_version or None,
+                params=handler_params(message.input),
+                deadline=context.deadline,
+                sequence_id=sequence_id,
             )
         )
 
     # -- rpcs -------------------------------------------------------------------------
 
     async def ping(self, _request: Empty, _context: RpcContext) -> TorchServeHealthResponse:
-        return TorchServeHealthResponse(health=health_text(self._manager.healthy()))
+        return TorchServeHealthResponse(health=health_text(self._dataplane.healthy()))
 
     async def predictions(
-        self, request: PredictionsRequest, _context: RpcContext
+        self, request: PredictionsRequest, context: RpcContext
     ) -> PredictionResponse:
         """One answer; a handler that streams has its parts joined, as HTTP's body is."""
-        job = self._job(request)
-        try:
-            parts = [bytes(reply.body) async for reply, _final in job.replies()]
-        finally:
-            job.cancel()
-        self._finished(job)
+        async with self._submit(request, context) as call:
+            parts = [bytes(reply.body) async for reply, _final in call.replies()]
         return PredictionResponse(prediction=b"".join(parts))
 
     async def stream_predictions(
         self,
         request: PredictionsRequest,
-        _context: RpcContext,
+        context: RpcContext,
         send: Send[PredictionResponse],
     ) -> None:
         """One message per intermediate reply, then the final one, then OK."""
-        job = self._job(request)
-        try:
-            async for reply, _final in job.replies():
+        async with self._submit(request, context) as call:
+            async for reply, _final in call.replies():
                 await send(PredictionResponse(prediction=bytes(reply.body)))
-        finally:
-            job.cancel()
-        self._finished(job)
 
     async def stream_predictions2(
         self,
         receive: Receive[PredictionsRequest],
-        _context: RpcContext,
+        context: RpcContext,
         send: Send[PredictionResponse],
     ) -> None:
         """Requests are queued as they arrive and answered strictly in their order.
@@ -207,15 +171,15 @@ class InferenceRpcs:
         A request that fails gets an in-band ``status`` and the stream stays open. When the
         client half-closes, every request already read is still answered before OK.
         """
-        live: set[Job] = set()
+        live: set[Call] = set()
         pending_send, pending_recv = trio.open_memory_channel[_Pending](MAX_PENDING_PER_STREAM)
 
         async def read_requests() -> None:
             async with pending_send:
                 while (message := await receive()) is not None:
-                    pending = self._accept(message)
-                    if pending.accepted is not None:
-                        live.add(pending.accepted.job)
+                    pending = self._accept(message, context)
+                    if pending.call is not None:
+                        live.add(pending.call)
                     await pending_send.send(pending)
 
         try:
@@ -224,47 +188,39 @@ class InferenceRpcs:
                 async with pending_recv:
                     async for pending in pending_recv:
                         await self._answer(pending, send)
-                        if pending.accepted is not None:
-                            live.discard(pending.accepted.job)
+                        if pending.call is not None:
+                            live.discard(pending.call)
         except BaseExceptionGroup as group:
             raise single_error(group) from None
         finally:
-            for job in live:
-                job.cancel()
+            for call in live:
+                call.cancel()
 
-    def _accept(self, message: PredictionsRequest) -> _Pending:
+    def _accept(self, message: PredictionsRequest, context: RpcContext) -> _Pending:
         pending = _Pending(sequence_id=message.sequence_id)
         try:
-            pending.accepted = self._sequences.submit(
-                SequenceRequest(
-                    model=_required_model(message),
-                    version=message.model_version or None,
-                    params=handler_params(message.input),
-                    sequence_id=message.sequence_id,
-                )
-            )
+            if not message.sequence_id:
+                raise errors.bad_request("Parameter sequenceId is required.")
+            pending.call = self._submit(message, context, message.sequence_id)
         except ServeError as error:
             pending.error = error
         return pending
 
     async def _answer(self, pending: _Pending, send: Send[PredictionResponse]) -> None:
-        if pending.accepted is None:
+        if pending.call is None:
             assert pending.error is not None
             await send(self._in_band(pending.error, pending.sequence_id))
             return
-        sequence_id = pending.accepted.sequence_id
-        job = pending.accepted.job
+        call = pending.call
         try:
-            async for reply, _final in job.replies():
+            async for reply, _final in call.replies():
                 await send(
-                    PredictionResponse(prediction=bytes(reply.body), sequence_id=sequence_id)
+                    PredictionResponse(prediction=bytes(reply.body), sequence_id=call.sequence_id)
                 )
         except ServeError as error:
-            await send(self._in_band(error, sequence_id))
-            return
+            await send(self._in_band(error, call.sequence_id))
         finally:
-            job.cancel()
-        self._finished(job)
+            call.cancel()
 
     @staticmethod
     def _in_band(error: ServeError, sequence_id: str | None) -> PredictionResponse:

@@ -9,11 +9,12 @@ an unset string from "", so 0 and "" mean "not given" (TorchServe's reading too)
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from trioserve._proto.org.pytorch.serve.grpc.management import (
     DescribeModelRequest,
     ListModelsRequest,
+    ManagementApIsServiceBase,
     ManagementResponse,
     RegisterModelRequest,
     ScaleWorkerRequest,
@@ -21,7 +22,7 @@ from trioserve._proto.org.pytorch.serve.grpc.management import (
     UnregisterModelRequest,
 )
 from trioserve.auth import KeyKind
-from trioserve.core.errors import ServeError
+from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.grpc.calls import Method, RpcContext, Unary
 from trioserve.runtime.management import ManagementService, Outcome
 
@@ -42,12 +43,13 @@ def _given(value: Any) -> Any:
 
 def model_api_disabled() -> ServeError:
     """TorchServe's gRPC answer when register/unregister are switched off."""
-    return ServeError(403, "ModelException", "Model API disabled")
+    return ServeError(ErrorKind.FORBIDDEN, "Model API disabled", reason="ModelException")
 
 
 class ManagementRpcs:
     """``org.pytorch.serve.grpc.management.ManagementAPIsService``."""
 
+    base: ClassVar[type[Any]] = ManagementApIsServiceBase
     key_kind = KeyKind.MANAGEMENT
 
     def __init__(self, service: ManagementService) -> None:

@@ -1,34 +1,23 @@
-"""What every TorchServe-style HTTP app shares: error bodies and response headers."""
+"""What every TorchServe-style Quart app shares: error handlers, response headers, the
+status counters, and the token check of the apps that have no route table."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from quart import Response, request
+from quart import Response, g, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
 from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
-from trioserve.http.front import Answer
+from trioserve.http.bodies import NO_CACHE_HEADERS, Answer, json_text
+from trioserve.http.errors import error_answer, protocol_error_answer
 from trioserve.metrics.registry import ServerMetrics
 
 log = logging.getLogger("trioserve.http")
-
-# Sent on every frontend response, as TorchServe does.
-NO_CACHE_HEADERS = {
-    "Pragma": "no-cache",
-    "Cache-Control": "no-cache; no-store, must-revalidate, private",
-    "Expires": "Thu, 01 Jan 1970 00:00:00 UTC",
-}
-
-
-def json_text(payload: Any) -> str:
-    """TorchServe's JSON style: 2-space indent, no ASCII escaping, trailing newline."""
-    return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
 
 
 def json_response(payload: Any, status: int = 200, request_id: str | None = None) -> Response:
@@ -39,18 +28,10 @@ def json_response(payload: Any, status: int = 200, request_id: str | None = None
     return response
 
 
-def error_answer(error: ServeError, request_id: str | None = None) -> Answer:
-    """The TorchServe error body; an error closes the connection, as TorchServe's do."""
-    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", "application/json")]
-    if request_id is not None:
-        headers.append(("x-request-id", request_id))
-    if error.retry_after is not None:
-        headers.append(("Retry-After", str(error.retry_after)))
-    return Answer(error.status, headers, json_text(error.body()).encode(), close=True)
-
-
 def answer_response(answer: Answer) -> Response:
     """An answer as a Quart response (the routes the fast path leaves to Quart)."""
+    if answer.counted:
+        g.status_counted = True  # the dataplane counted its response class
     response = Response(answer.body, status=answer.status)
     del response.headers["Content-Type"]
     for key, value in answer.headers:
@@ -77,13 +58,8 @@ def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
             return error_response(errors.method_not_allowed())
         if isinstance(error, RequestEntityTooLarge):
             return error_response(errors.request_too_large(max_request_size))
-        code = error.code or 500
-        return error_response(
-            ServeError(
-                code,
-                "BadRequestException" if code < 500 else "InternalServerException",
-                error.description or error.name,
-            )
+        return answer_response(
+            protocol_error_answer(error.code or 500, error.description or error.name)
         )
 
     @app.errorhandler(Exception)
@@ -97,7 +73,7 @@ def new_app(name: str, max_request_size: int, metrics: ServerMetrics | None = No
 
     @app.after_request
     async def _finish(response: Response) -> Response:
-        if metrics is not None:
+        if metrics is not None and not g.get("status_counted", False):
             metrics.http_status(response.status_code)
         if response.status_code >= 400:
             # As TorchServe: an error closes the connection. An error may leave the request

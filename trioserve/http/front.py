@@ -40,22 +40,14 @@ from trioserve.core.http1 import (
     no_body,
     response_head,
 )
+from trioserve.http.bodies import Answer
+from trioserve.http.errors import protocol_error_answer
 from trioserve.sockio import send_eagerly
 
 log = logging.getLogger("trioserve.http")
 
 _ACCEPT_RETRY = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
-
-
-@dataclass(slots=True)
-class Answer:
-    """A response from the fast path: a whole body, or chunks as they come."""
-
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes | AsyncIterator[bytes]
-    close: bool = False  # end the connection after it
 
 
 FastPath = Callable[[Request], Awaitable[Answer | None]]
@@ -197,11 +189,10 @@ class _Connection:
 
     async def _send_error(self, error: HttpError) -> None:
         if error.status == 413:
-            serve_error = errors.request_too_large(self.front.settings.max_request_size)
+            limit = self.front.settings.max_request_size
+            answer = self.front.error_body(errors.request_too_large(limit))
         else:
-            kind = "BadRequestException" if error.status < 500 else "InternalServerException"
-            serve_error = ServeError(error.status, kind, error.message)
-        answer = self.front.error_body(serve_error)
+            answer = protocol_error_answer(error.status, error.message)
         await self.front.write_answer(self, "GET", "1.1", answer, keep_alive=False)
 
 
@@ -310,7 +301,7 @@ class Front:
             await _close_body(answer.body)
             answer = self.error_body(errors.internal_error(exc))
             headers, keep = encode_headers(answer.headers), False
-        if self.on_response is not None:
+        if self.on_response is not None and not answer.counted:
             self.on_response(answer.status)
         status, body = answer.status, answer.body
         if isinstance(body, bytes):

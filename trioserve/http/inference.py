@@ -1,34 +1,34 @@
-"""The TorchServe inference API (port 8080): ping, predictions, explanations."""
+"""The TorchServe inference API (port 8080): ping, predictions, explanations.
+
+A thin adapter onto the :class:`~trioserve.runtime.dataplane.Dataplane`: each prediction
+becomes an :class:`InferenceRequest`, and the call's replies become the answer (one body,
+or a chunked stream when the handler sends intermediate replies). :data:`ROUTES` is the
+port's one route table: the fast path of :mod:`trioserve.http.front` answers the routes it
+marks fast, the Quart app serves all of them, and both check tokens through it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from functools import partial
+from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from trioserve import __version__
-from trioserve.auth import KeyKind, TokenStore, bearer
+from trioserve.auth import KeyKind, TokenStore
 from trioserve.core.errors import ServeError
 from trioserve.core.http1 import Request
 from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
-from trioserve.http.common import (
-    DOC_ROUTES,
-    NO_CACHE_HEADERS,
-    answer_response,
-    error_answer,
-    install_token_check,
-    json_response,
-    new_app,
-)
-from trioserve.http.front import Answer, FastPath
+from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
+from trioserve.http.common import answer_response, json_response, new_app
+from trioserve.http.errors import error_answer, http_status
+from trioserve.http.front import FastPath
 from trioserve.http.openapi import inference_document
+from trioserve.http.routes import Route, RouteTable
 from trioserve.metrics import ServerMetrics
-from trioserve.runtime.jobs import Job
-from trioserve.runtime.manager import ModelManager
+from trioserve.runtime.dataplane import Call, Dataplane
 
 # Methods TorchServe accepts on prediction routes (everything but OPTIONS).
 PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -36,6 +36,28 @@ PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 HIDDEN_HEADERS = frozenset({b"authorization"})
 # Bodies whose fields become the handler's inputs (parsed by Quart).
 FORMS = frozenset({"multipart/form-data", "application/x-www-form-urlencoded"})
+
+
+def _prediction_routes(endpoint: str) -> list[Route]:
+    methods = frozenset(PREDICT_METHODS)
+    prefix = f"/{endpoint}/<model_name>"
+    return [
+        Route(endpoint, rule, methods, KeyKind.INFERENCE, fast=True)
+        for rule in (prefix, f"{prefix}/<model_version>", f"{prefix}/<model_version>/<path:rest>")
+    ]
+
+
+ROUTES = RouteTable(
+    [
+        Route("ping", "/ping", frozenset({"GET", "POST"}), KeyKind.INFERENCE),
+        # The API description answers without a token, as TorchServe's does.
+        Route("api_description", "/", frozenset({"OPTIONS"}), None),
+        Route("api_description", "/api-description", frozenset({"GET"}), None),
+        *_prediction_routes("predictions"),
+        *_prediction_routes("explanations"),
+    ],
+    default_key=KeyKind.INFERENCE,
+)
 
 
 async def read_params() -> list[Param]:
@@ -53,12 +75,11 @@ async def read_params() -> list[Param]:
 
 
 class ReplyBody:
-    """The streamed body of a job whose handler sends intermediate responses."""
+    """The streamed body of a call whose handler sends intermediate responses."""
 
-    def __init__(self, first: Reply, job: Job, on_final: Callable[[], None]) -> None:
+    def __init__(self, first: Reply, call: Call) -> None:
         self._first: Reply | None = first
-        self._job = job
-        self._on_final = on_final
+        self._call = call
         self._done = False
 
     def __aiter__(self) -> ReplyBody:
@@ -71,21 +92,20 @@ class ReplyBody:
         if self._done:
             raise StopAsyncIteration
         try:
-            reply, final = await self._job.next_reply()
+            reply, final = await self._call.next_reply()
         except ServeError as error:
             # Headers are gone already: end the stream with the error text as the last chunk.
             self._done = True
-            self._job.cancel()
-            return f"\n{error.status} {error.message}".encode()
+            self._call.cancel()
+            return f"\n{http_status(error)} {error.message}".encode()
         except (trio.EndOfChannel, trio.ClosedResourceError):
             raise StopAsyncIteration from None
         if final:
             self._done = True
-            self._on_final()
         return bytes(reply.body)
 
     async def aclose(self) -> None:
-        self._job.cancel()
+        self._call.cancel()
 
 
 def reply_headers(reply: Reply, request_id: str) -> list[tuple[str, str]]:
@@ -99,44 +119,31 @@ def reply_headers(reply: Reply, request_id: str) -> list[tuple[str, str]]:
     return list(merged.values())
 
 
-def _finished(
-    metrics: ServerMetrics | None, infer: InferenceRequest, job: Job, began: float
-) -> None:
-    if metrics is None or job.started_at is None:
-        return
-    metrics.request_finished(
-        infer.model,
-        infer.version,
-        latency_us=(trio.current_time() - began) * 1e6,
-        queue_us=(job.started_at - job.enqueued_at) * 1e6,
-    )
+async def predict(dataplane: Dataplane, infer: InferenceRequest) -> Answer:
+    """Submit the request and turn the call's replies into an answer (streamed if needed).
 
-
-async def predict(
-    manager: ModelManager, infer: InferenceRequest, metrics: ServerMetrics | None = None
-) -> Answer:
-    """Queue the request and turn the job's replies into an answer (streamed if needed)."""
-    began = trio.current_time()
-    if metrics is not None:
-        metrics.request_received(infer.model, infer.version)
+    The answer is marked ``counted``: the dataplane has recorded its response class."""
     try:
-        job = manager.submit(infer)
+        call = dataplane.submit(infer)
     except ServeError as error:
-        return error_answer(error, infer.request_id)
+        return _counted(error_answer(error, infer.request_id))
     try:
-        first, final = await job.next_reply()
+        first, final = await call.next_reply()
     except ServeError as error:
-        return error_answer(error, infer.request_id)
+        return _counted(error_answer(error, infer.request_id))
     except BaseException:
-        job.cancel()
+        call.cancel()
         raise
     headers = reply_headers(first, infer.request_id)
     close = first.status >= 400
     if final:
-        _finished(metrics, infer, job, began)
-        return Answer(first.status, headers, bytes(first.body), close)
-    body = ReplyBody(first, job, partial(_finished, metrics, infer, job, began))
-    return Answer(first.status, headers, body, close)
+        return Answer(first.status, headers, bytes(first.body), close, counted=True)
+    return Answer(first.status, headers, ReplyBody(first, call), close, counted=True)
+
+
+def _counted(answer: Answer) -> Answer:
+    answer.counted = True
+    return answer
 
 
 def _prediction_headers(
@@ -159,114 +166,81 @@ def _mimetype(content_type: bytes) -> str:
     return content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
 
 
-def prediction_route(method: str, path: str) -> tuple[str, str | None, str | None, bool] | None:
-    """``(model, version, rest, explain)`` for a plain predictions/explanations path.
-
-    None for anything the fast path leaves to Quart: other routes and methods, and paths
-    with percent-escapes or empty segments (Quart decodes, merges or refuses those)."""
-    if method not in PREDICT_METHODS or "%" in path:
-        return None
-    if path.startswith("/predictions/"):
-        explain, tail = False, path[13:]
-    elif path.startswith("/explanations/"):
-        explain, tail = True, path[14:]
-    else:
-        return None
-    parts = tail.split("/", 2)
-    if "" in parts:
-        return None
-    model = parts[0]
-    version = parts[1] if len(parts) > 1 else None
-    rest = parts[2] if len(parts) > 2 else None
-    return model, version, rest, explain
-
-
-def fast_path(
-    manager: ModelManager,
-    *,
-    tokens: TokenStore | None = None,
-    metrics: ServerMetrics | None = None,
-) -> FastPath:
+def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> FastPath:
     """Predictions and explanations with a raw body, answered without Quart."""
 
     async def answer(request: Request) -> Answer | None:
-        route = prediction_route(request.method, request.path)
-        if route is None:
+        matched = ROUTES.match(request.method, request.path)
+        if matched is None:
             return None
+        route, variables = matched
         content_type = request.header(b"content-type")
         if content_type is not None and _mimetype(content_type) in FORMS:
             return None  # Quart parses forms
         if tokens is not None:
             try:
-                tokens.check(
-                    KeyKind.INFERENCE,
-                    bearer((n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers),
+                ROUTES.authorize(
+                    tokens,
+                    route.endpoint,
+                    ((n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers),
                 )
             except ServeError as error:
                 return error_answer(error)
-        model, version, rest, explain = route
+        rest = variables.get("rest")
         param = Param(
             "body", request.body, None if content_type is None else content_type.decode("latin-1")
         )
         infer = InferenceRequest(
-            model=model,
-            version=version,
+            model=variables["model_name"],
+            version=variables.get("model_version"),
             params=[param],
-            headers=_prediction_headers(request.headers, explain, rest),
+            headers=_prediction_headers(request.headers, route.endpoint == "explanations", rest),
         )
-        return await predict(manager, infer, metrics)
+        return await predict(dataplane, infer)
 
     return answer
 
 
 def create_inference_app(
-    manager: ModelManager,
+    dataplane: Dataplane,
     *,
     max_request_size: int,
     tokens: TokenStore | None = None,
     metrics: ServerMetrics | None = None,
 ) -> QuartTrio:
+    """The Quart app of the inference port: every route of :data:`ROUTES`."""
     app = new_app("trioserve.inference", max_request_size, metrics)
-    install_token_check(app, tokens, KeyKind.INFERENCE, exempt=DOC_ROUTES)
 
-    @app.route("/ping", methods=["GET", "POST"])
     async def ping() -> Response:
-        if manager.healthy():
+        if dataplane.healthy():
             return json_response({"status": "Healthy"})
         return json_response({"status": "Unhealthy"}, status=500)
 
-    async def predict_route(
-        model: str, version: str | None, rest: str | None, explain: bool
-    ) -> Response:
-        params = await read_params()
-        headers = _prediction_headers(request.scope["headers"], explain, rest)
-        infer = InferenceRequest(model=model, version=version, params=params, headers=headers)
-        return answer_response(await predict(manager, infer, metrics))
-
-    @app.route("/", methods=["OPTIONS"])
-    @app.get("/api-description")
     async def api_description() -> Response:
         return json_response(inference_document(__version__))
 
-    for prefix, explain in (("predictions", False), ("explanations", True)):
-
-        def bind(explain: bool = explain, prefix: str = prefix) -> None:
-            async def route(
-                model_name: str, model_version: str | None = None, rest: str | None = None
-            ) -> Response:
-                return await predict_route(model_name, model_version, rest, explain)
-
-            route.__name__ = f"{prefix}_route"
-            app.add_url_rule(f"/{prefix}/<model_name>", view_func=route, methods=PREDICT_METHODS)
-            app.add_url_rule(
-                f"/{prefix}/<model_name>/<model_version>", view_func=route, methods=PREDICT_METHODS
+    def prediction_view(explain: bool) -> Callable[..., Awaitable[Response]]:
+        async def view(
+            model_name: str, model_version: str | None = None, rest: str | None = None
+        ) -> Response:
+            infer = InferenceRequest(
+                model=model_name,
+                version=model_version,
+                params=await read_params(),
+                headers=_prediction_headers(request.scope["headers"], explain, rest),
             )
-            app.add_url_rule(
-                f"/{prefix}/<model_name>/<model_version>/<path:rest>",
-                view_func=route,
-                methods=PREDICT_METHODS,
-            )
+            return answer_response(await predict(dataplane, infer))
 
-        bind()
+        return view
 
+    ROUTES.install(
+        app,
+        {
+            "ping": ping,
+            "api_description": api_description,
+            "predictions": prediction_view(explain=False),
+            "explanations": prediction_view(explain=True),
+        },
+        tokens,
+    )
     return app

@@ -9,7 +9,8 @@ from quart_trio import QuartTrio
 
 from trioserve import __version__
 from trioserve.core import errors
-from trioserve.http.common import NO_CACHE_HEADERS, json_response, new_app
+from trioserve.http.bodies import NO_CACHE_HEADERS
+from trioserve.http.common import json_response, new_app
 from trioserve.http.openapi import metrics_document
 from trioserve.metrics.registry import CONTENT_TYPE, ServerMetrics
 

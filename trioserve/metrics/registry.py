@@ -38,6 +38,7 @@ from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from trioserve.core.request import Outcome
 from trioserve.metrics.catalog import (
     BUILTIN_METRICS,
     CONTENT_TYPE,
@@ -79,6 +80,11 @@ MAX_HANDLER_FAMILIES: Final = 2000
 MAX_WARNINGS: Final = 1000
 MAX_UPDATERS: Final = 10_000  # per-model builtin metric updaters kept
 
+_OUTCOME_COUNTERS: Final[dict[Outcome, str]] = {
+    Outcome.OK: "Requests2XX",
+    Outcome.CLIENT_ERROR: "Requests4XX",
+    Outcome.SERVER_ERROR: "Requests5XX",
+}
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
@@ -131,6 +137,12 @@ class ServerMetrics:
             name = "Requests5XX"
         else:
             return  # TorchServe counts 1xx/3xx as 5XX; they are not server errors
+        self._apply(self._host_updater(name), name, 1.0)
+
+    def request_outcome(self, outcome: Outcome) -> None:
+        """An inference request's response class was decided (by the dataplane, for every
+        protocol): counted as Requests2XX / 4XX / 5XX."""
+        name = _OUTCOME_COUNTERS[outcome]
         self._apply(self._host_updater(name), name, 1.0)
 
     def worker_loaded(self, worker_name: str, load_ms: float) -> None:

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import trio
 
+from trioserve.core import errors
 from trioserve.core.batching import BatchPolicy, Dispatch, Expire, QueueFull
 from trioserve.core.errors import ServeError
 from trioserve.runtime.jobs import Job, JobState
@@ -27,14 +28,6 @@ class BatchTaker(Protocol):
 
     def assign(self, batch: list[Job]) -> None:
         """Hand over a batch (the worker told the batcher it was idle)."""
-
-
-def deadline_passed() -> ServeError:
-    return ServeError(
-        504,
-        "ServiceUnavailableException",
-        "The request's deadline passed while it waited in the queue; it was not run.",
-    )
 
 
 class Batcher:
@@ -130,7 +123,7 @@ class Batcher:
         for decision in self._policy.poll(now):
             if isinstance(decision, Expire):
                 for job in decision.items:
-                    job.fail(deadline_passed())
+                    job.fail(errors.deadline_passed())
             elif isinstance(decision, Dispatch):
                 decision.worker.assign(list(decision.items))
 

@@ -18,13 +18,13 @@ from typing import Any
 import psutil
 
 from trioserve.core import errors
-from trioserve.core.errors import ServeError
+from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Param
 from trioserve.core.model_settings import RegisterOptions
 from trioserve.core.request import InferenceRequest
 from trioserve.runtime.manager import ModelManager
 from trioserve.runtime.model import ModelVersion
-from trioserve.runtime.worker import Worker, WorkerState
+from trioserve.runtime.supervisor import WorkerState, WorkerSupervisor
 
 log = logging.getLogger("trioserve.management")
 
@@ -39,8 +39,7 @@ class Outcome:
 
 def model_api_disabled() -> ServeError:
     return ServeError(
-        405,
-        "MethodNotAllowedException",
+        ErrorKind.NOT_ALLOWED,
         "Requested method is not allowed: the model API (register/unregister) is disabled. "
         "Start trioserve with --enable-model-api or enable_model_api=true.",
     )
@@ -114,7 +113,7 @@ WORKER_STATUS = {
 }
 
 
-def describe_worker(worker: Worker) -> dict[str, Any]:
+def describe_worker(worker: WorkerSupervisor) -> dict[str, Any]:
     status = "UNLOADING" if worker.stop_requested else WORKER_STATUS[worker.state]
     entry: dict[str, Any] = {
         "id": str(worker.id),
@@ -207,7 +206,9 @@ class ManagementService:
         if not isinstance(url, str):
             raise errors.bad_request(f"Parameter url must be a string, got {url!r}.")
         if url == "":
-            raise errors.ServeError(404, "ModelNotFoundException", "empty url")
+            raise errors.ServeError(
+                errors.ErrorKind.NOT_FOUND, "empty url", reason="ModelNotFoundException"
+            )
         if url.startswith(("http://", "https://")):
             if self._download is None:
                 raise errors.bad_request(

@@ -1,13 +1,19 @@
-"""The supervisor: one trio.run, one root nursery, every service started inside it.
+"""The wiring of the whole server: one trio.run, one root nursery, every service in it.
 
-Nursery tree::
+This is the top layer: it is the one module that knows every adapter (HTTP, gRPC), the
+runtime they share (the model manager, the :class:`Dataplane`, the management service)
+and the configuration. Nursery tree::
 
     serve()
      └─ root nursery
          ├─ model manager (its own nursery: one per model version, one task per worker)
+         ├─ signal watcher (SIGTERM/SIGINT -> drain)
+         ├─ system metrics sampler
          └─ listeners nursery
-              ├─ signal watcher (SIGTERM/SIGINT -> drain)
-              └─ HTTP inference app on hypercorn
+              ├─ HTTP inference   (trioserve's HTTP/1.1 front: fast path + Quart app)
+              ├─ HTTP management  (hypercorn)
+              ├─ HTTP metrics     (hypercorn)
+              └─ gRPC inference + management (grpclib in trio-asyncio)
 
 Shutdown: the first SIGTERM/SIGINT (or ``shutdown`` being set) stops the listeners from
 accepting; in-flight requests get up to ``shutdown_grace_seconds`` to finish. Then the model
@@ -35,14 +41,17 @@ from trioserve.archive.download import download
 from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
-from trioserve.grpc import serve_grpc
-from trioserve.http.common import error_answer
+from trioserve.grpc.bridge import GrpcListener, serve_grpc
+from trioserve.grpc.inference import InferenceRpcs
+from trioserve.grpc.management import ManagementRpcs
+from trioserve.http.errors import error_answer
 from trioserve.http.front import FastPath, Front, FrontSettings
 from trioserve.http.inference import create_inference_app, fast_path
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
 from trioserve.metrics import ServerMetrics, sample_system_forever
+from trioserve.runtime.dataplane import Dataplane
 from trioserve.runtime.launcher import Launcher, SubprocessLauncher
 from trioserve.runtime.management import ManagementService
 from trioserve.runtime.manager import (
@@ -51,6 +60,7 @@ from trioserve.runtime.manager import (
     archive_error,
     worker_environment,
 )
+from trioserve.runtime.sequences import StatelessSequences
 
 log = logging.getLogger("trioserve.server")
 
@@ -118,9 +128,17 @@ def management_service(config: ServerConfig, manager: ModelManager) -> Managemen
     )
 
 
+def build_dataplane(
+    config: ServerConfig, manager: ModelManager, metrics: ServerMetrics
+) -> Dataplane:
+    """The one inference path every protocol adapter submits to."""
+    sequences = StatelessSequences(sequence_id_header=config.ts_header_key_sequence_id)
+    return Dataplane(manager, metrics, sequences=sequences)
+
+
 def build_apps(
     config: ServerConfig,
-    manager: ModelManager,
+    dataplane: Dataplane,
     management: ManagementService,
     tokens: TokenStore | None,
     metrics: ServerMetrics,
@@ -131,9 +149,11 @@ def build_apps(
     apps: list[tuple[str, QuartTrio, Address, FastPath | None]] = [
         (
             "inference",
-            create_inference_app(manager, max_request_size=limit, tokens=tokens, metrics=metrics),
+            create_inference_app(
+                dataplane, max_request_size=limit, tokens=tokens, metrics=metrics
+            ),
             config.inference_address,
-            fast_path(manager, tokens=tokens, metrics=metrics),
+            fast_path(dataplane, tokens=tokens),
         ),
         (
             "management",
@@ -186,6 +206,24 @@ def http_service(
         on_response=metrics.http_status,
     )
     return partial(front.serve, address, shutdown_trigger=shutdown.wait)
+
+
+def grpc_listeners(
+    config: ServerConfig, dataplane: Dataplane, management: ManagementService
+) -> list[GrpcListener]:
+    """TorchServe's gRPC inference (7070) and management (7071) services."""
+    return [
+        GrpcListener(
+            "grpc_inference",
+            (config.grpc_inference_address, config.grpc_inference_port),
+            [InferenceRpcs(dataplane)],
+        ),
+        GrpcListener(
+            "grpc_management",
+            (config.grpc_management_address, config.grpc_management_port),
+            [ManagementRpcs(management)],
+        ),
+    ]
 
 
 def downloader(config: ServerConfig) -> Callable[[str], Awaitable[Path]] | None:
@@ -260,11 +298,12 @@ async def serve(
             if handle_signals:
                 root.start_soon(_watch_signals, shutdown, root.cancel_scope.cancel)
             await root.start(sample_system_forever, metrics, SYSTEM_METRICS_INTERVAL)
+            management = management_service(config, manager)
+            dataplane = build_dataplane(config, manager, metrics)
             async with trio.open_nursery() as listeners:
                 bound: dict[str, list[str]] = {}
-                management = management_service(config, manager)
                 for api, app, address, fast in build_apps(
-                    config, manager, management, tokens, metrics
+                    config, dataplane, management, tokens, metrics
                 ):
                     bound[api] = await listeners.start(
                         http_service(
@@ -275,19 +314,11 @@ async def serve(
                     await listeners.start(
                         partial(
                             serve_grpc,
-                            inference=(config.grpc_inference_address, config.grpc_inference_port),
-                            management=(
-                                config.grpc_management_address,
-                                config.grpc_management_port,
-                            ),
-                            manager=manager,
-                            management_service=management,
+                            grpc_listeners(config, dataplane, management),
                             tokens=tokens,
                             max_request_size=config.max_request_size,
                             shutdown_trigger=shutdown.wait,
                             graceful_timeout=config.shutdown_grace_seconds,
-                            metrics=metrics,
-                            sequence_id_header=config.ts_header_key_sequence_id,
                         )
                     )
                 )

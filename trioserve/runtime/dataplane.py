@@ -1,0 +1,192 @@
+"""The inference dataplane: the one path from every protocol adapter to the models.
+
+An adapter (TorchServe HTTP, TorchServe gRPC, and the protocols that come after them) turns
+its wire format into an :class:`~trioserve.core.request.InferenceRequest` and calls
+:meth:`Dataplane.submit`. The dataplane resolves the model version, routes a request that
+belongs to a sequence, admits it (a refused request raises a
+:class:`~trioserve.core.errors.ServeError` at once: not found, no worker, queue full, ...)
+and returns a :class:`Call`: the request's replies, read with :meth:`Call.next_reply`
+(intermediate ones first, then the final one) or :meth:`Call.replies`.
+
+A call belongs to the task that submitted it. ``async with dataplane.submit(request) as
+call`` (or a ``finally: call.cancel()``) ties it to that task's scope: when the task leaves
+early (client gone, gRPC deadline, shutdown) the call is cancelled, which takes a queued
+request out of its queue or has the worker running it told to stop. A request's deadline
+(``InferenceRequest.deadline``, trio clock) is honoured in the queue (it is failed there,
+unrun) and while its replies are awaited.
+
+Metrics are recorded here, once, at the same points for every protocol: the request count
+when a known model version is asked, the inference and queue latency when the final reply
+is read (latency counted from :meth:`Dataplane.submit`), and the response class
+(``Requests2XX``/``4XX``/``5XX``) when the request's outcome is decided: its first reply,
+or its error. A call cancelled before either has no class (no answer was sent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Protocol
+
+import trio
+
+from trioserve.core import errors
+from trioserve.core.errors import ServeError
+from trioserve.core.messages import Reply
+from trioserve.core.request import InferenceRequest, Outcome
+from trioserve.runtime.jobs import Job
+from trioserve.runtime.manager import ModelManager
+from trioserve.runtime.sequences import SequenceRouter, StatelessSequences
+
+
+def outcome_of_error(error: ServeError) -> Outcome:
+    return Outcome.CLIENT_ERROR if error.client_fault else Outcome.SERVER_ERROR
+
+
+class RequestMetrics(Protocol):
+    """What the dataplane records (``trioserve.metrics.ServerMetrics`` provides it)."""
+
+    def request_received(self, model: str, version: str | None) -> None: ...
+
+    def request_finished(
+        self, model: str, version: str | None, *, latency_us: float, queue_us: float
+    ) -> None: ...
+
+    def request_outcome(self, outcome: Outcome) -> None: ...
+
+
+class Dataplane:
+    """Admits inference requests for every adapter and hands back their calls."""
+
+    def __init__(
+        self,
+        manager: ModelManager,
+        metrics: RequestMetrics | None = None,
+        *,
+        sequences: SequenceRouter | None = None,
+    ) -> None:
+        self.manager = manager
+        self.metrics = metrics
+        self.sequences: SequenceRouter = sequences or StatelessSequences()
+
+    def healthy(self) -> bool:
+        """Every model version that should have workers has a ready one."""
+        return self.manager.healthy()
+
+    def submit(self, request: InferenceRequest) -> Call:
+        """Admit ``request``; raises :class:`ServeError` if it cannot be queued."""
+        began = trio.current_time()
+        metrics = self.metrics
+        try:
+            model = self.manager.get(request.model, request.version)
+            if metrics is not None:
+                metrics.request_received(request.model, request.version)
+            sequence_id = None
+            if request.sequence_id is not None:
+                sequence_id = self.sequences.route(request)
+            job = model.submit(request)
+        except ServeError as error:
+            if metrics is not None:
+                metrics.request_outcome(outcome_of_error(error))
+            raise
+        return Call(job, began, metrics, sequence_id)
+
+
+class Call:
+    """One admitted request, as its adapter sees it: replies in, cancellation out."""
+
+    __slots__ = ("_began", "_decided", "_job", "_metrics", "sequence_id")
+
+    def __init__(
+        self,
+        job: Job,
+        began: float,
+        metrics: RequestMetrics | None,
+        sequence_id: str | None = None,
+    ) -> None:
+        self._job = job
+        self._began = began
+        self._metrics = metrics
+        self._decided = False  # the response class is recorded
+        self.sequence_id = sequence_id  # the sequence the replies belong to, if any
+
+    @property
+    def request(self) -> InferenceRequest:
+        return self._job.request
+
+    @property
+    def request_id(self) -> str:
+        return self._job.request.request_id
+
+    async def next_reply(self) -> tuple[Reply, bool]:
+        """The next reply and whether it is the final one.
+
+        Raises the request's :class:`ServeError` if it failed (a deadline that passes while
+        waiting is one), ``trio.EndOfChannel`` after the final reply and
+        ``trio.ClosedResourceError`` once the call was cancelled."""
+        deadline = self._job.request.deadline
+        try:
+            if deadline is None:
+                reply, final = await self._job.next_reply()
+            else:
+                with trio.move_on_at(deadline) as waiting:
+                    reply, final = await self._job.next_reply()
+                if waiting.cancelled_caught:
+                    self._job.cancel()
+                    raise errors.deadline_exceeded()
+        except ServeError as error:
+            self._decide(outcome_of_error(error))
+            raise
+        self._decide(Outcome.of_status(reply.status))
+        if final:
+            self._finished()
+        return reply, final
+
+    async def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
+        """Each reply with its ``final`` flag, the final one last."""
+        while True:
+            try:
+                item = await self.next_reply()
+            except trio.EndOfChannel:
+                return
+            yield item
+            if item[1]:
+                return
+
+    def cancel(self) -> None:
+        """The adapter no longer wants the answer. Safe to call in any state, repeatedly."""
+        self._job.cancel()
+
+    async def __aenter__(self) -> Call:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._job.cancel()
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def _decide(self, outcome: Outcome) -> None:
+        if not self._decided:
+            self._decided = True
+            if self._metrics is not None:
+                self._metrics.request_outcome(outcome)
+
+    def _finished(self) -> None:
+        job, metrics = self._job, self._metrics
+        if metrics is None or job.started_at is None:
+            return
+        request = job.request
+        metrics.request_finished(
+            request.model,
+            request.version,
+            latency_us=(trio.current_time() - self._began) * 1e6,
+            queue_us=(job.started_at - job.enqueued_at) * 1e6,
+        )
+
+
+__all__ = ["Call", "Dataplane", "RequestMetrics"]
