@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from trioserve.core.request import Outcome
+
 __all__ = [
     "BUILTIN_METRICS",
     "CONTENT_TYPE",
@@ -89,3 +91,10 @@ def exposed_names(name: str, kind: str) -> frozenset[str]:
     if kind == "histogram":
         return frozenset({name, f"{name}_bucket", f"{name}_sum", f"{name}_count"})
     return frozenset({name})
+
+# The host counter of each request outcome (TorchServe's response classes).
+OUTCOME_COUNTERS: Final[dict[Outcome, str]] = {
+    Outcome.OK: "Requests2XX",
+    Outcome.CLIENT_ERROR: "Requests4XX",
+    Outcome.SERVER_ERROR: "Requests5XX",
+}

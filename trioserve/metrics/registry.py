@@ -47,6 +47,7 @@ from trioserve.metrics.catalog import (
     INFERENCE_LATENCY,
     LEGACY_METRICS,
     METRICS_MODES,
+    OUTCOME_COUNTERS,
     QUEUE_LATENCY,
     REQUESTS_TOTAL,
     MetricSpec,
@@ -80,11 +81,6 @@ MAX_HANDLER_FAMILIES: Final = 2000
 MAX_WARNINGS: Final = 1000
 MAX_UPDATERS: Final = 10_000  # per-model builtin metric updaters kept
 
-_OUTCOME_COUNTERS: Final[dict[Outcome, str]] = {
-    Outcome.OK: "Requests2XX",
-    Outcome.CLIENT_ERROR: "Requests4XX",
-    Outcome.SERVER_ERROR: "Requests5XX",
-}
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
@@ -142,7 +138,7 @@ class ServerMetrics:
     def request_outcome(self, outcome: Outcome) -> None:
         """An inference request's response class was decided (by the dataplane, for every
         protocol): counted as Requests2XX / 4XX / 5XX."""
-        name = _OUTCOME_COUNTERS[outcome]
+        name = OUTCOME_COUNTERS[outcome]
         self._apply(self._host_updater(name), name, 1.0)
 
     def worker_loaded(self, worker_name: str, load_ms: float) -> None:
