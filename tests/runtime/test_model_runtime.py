@@ -17,7 +17,7 @@ from trioserve.core.model_settings import ModelSettings
 from trioserve.core.request import InferenceRequest
 from trioserve.runtime.jobs import JobState
 from trioserve.runtime.model import ModelVersion, PoolSettings
-from trioserve.runtime.worker import WorkerSettings, WorkerState
+from trioserve.runtime.supervisor import WorkerSettings, WorkerState
 
 from .fakes import Behaviour, FakeLauncher, FakeProcess, echo
 

@@ -30,8 +30,8 @@ from trioserve.core.tensor_inputs import TensorSpecError, parse_tensor_inputs
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import Launcher
 from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.supervisor import WorkerSettings, default_batch_frame
 from trioserve.runtime.tensor_frames import tensor_frame_builder
-from trioserve.runtime.worker import WorkerSettings, default_batch_frame
 
 log = logging.getLogger("trioserve.runtime.manager")
 

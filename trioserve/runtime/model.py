@@ -15,7 +15,7 @@ from trioserve.core.tensor_inputs import TensorInput
 from trioserve.runtime.batcher import Batcher
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import Launcher
-from trioserve.runtime.worker import Worker, WorkerSettings, WorkerState
+from trioserve.runtime.supervisor import WorkerSettings, WorkerState, WorkerSupervisor
 
 log = logging.getLogger("trioserve.runtime.model")
 
@@ -39,7 +39,7 @@ class ModelVersion:
             max_delay=settings.max_batch_delay / 1000.0,
             capacity=settings.job_queue_size,
         )
-        self.workers: list[Worker] = []
+        self.workers: list[WorkerSupervisor] = []
         self._pool = pool
         self._launcher = launcher
         self._nursery: trio.Nursery | None = None
@@ -81,7 +81,7 @@ class ModelVersion:
     # -- workers ---------------------------------------------------------------------
 
     @property
-    def live_workers(self) -> list[Worker]:
+    def live_workers(self) -> list[WorkerSupervisor]:
         """Workers not asked to stop."""
         return [w for w in self.workers if not w.stop_requested]
 
@@ -107,12 +107,15 @@ class ModelVersion:
         assert self._nursery is not None, "ModelVersion.run() is not running"
         worker_id = self._pool.next_worker_id()
         name = f"W-{worker_id}-{self.name}_{self.version}"
-        worker = Worker(worker_id, name, self._pool.worker, self.queue, self._launcher)
+        worker = WorkerSupervisor(worker_id, name, self._pool.worker, self.queue, self._launcher)
         self.workers.append(worker)
         await self._nursery.start(self._run_worker, worker)
 
     async def _run_worker(
-        self, worker: Worker, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self,
+        worker: WorkerSupervisor,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         try:
             await worker.run(task_status=task_status)
@@ -120,7 +123,7 @@ class ModelVersion:
             if worker in self.workers:
                 self.workers.remove(worker)
 
-    async def _remove_workers(self, workers: list[Worker], timeout: float | None) -> None:
+    async def _remove_workers(self, workers: list[WorkerSupervisor], timeout: float | None) -> None:
         for worker in workers:
             worker.request_stop()
         with trio.move_on_after(timeout if timeout is not None else float("inf")):
@@ -132,7 +135,7 @@ class ModelVersion:
         await self._wait_stopped(workers)
 
     @staticmethod
-    async def _wait_stopped(workers: list[Worker]) -> None:
+    async def _wait_stopped(workers: list[WorkerSupervisor]) -> None:
         for worker in workers:
             while worker.state is not WorkerState.STOPPED:
                 await worker.wait_state_change()

@@ -1,11 +1,16 @@
-"""One worker: a supervisor task that owns one worker process at a time.
+"""One worker: :class:`WorkerSupervisor`, a task that owns one worker process at a time.
 
 The supervisor starts the process, loads the model (bounded by ``startup_timeout``), then
-takes jobs from the model's queue, sends them as a BATCH frame and routes the RESPONSE
-frames back to the jobs (bounded by ``response_timeout``). When the process dies, hangs or
-breaks the protocol, exactly the jobs that were sent to it fail with a clear error; jobs
-taken from the queue but not yet sent go back to the front of the queue. Then the process
-is restarted after a back-off. Nothing else is touched.
+takes jobs from the model's queue, sends them as a BATCH frame and hands the RESPONSE frames
+to its :class:`~trioserve.core.inflight.InFlight` book, which routes them to the jobs (the
+running batch bounded by ``response_timeout``). When the process dies, hangs or breaks the
+protocol, exactly the jobs that were sent to it fail with a clear error; jobs taken from the
+queue but not yet sent, or sent behind the running batch and never started, go back to the
+front of the queue. Then the process is restarted after a back-off. Nothing else is touched.
+
+This module is the I/O half: the process, its frames, the timers and the tasks. Which batch
+runs, which waits behind it and which job an answer belongs to is the book's business
+(``core/inflight.py``, sans-IO).
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import datetime as dt
 import enum
 import logging
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +31,7 @@ from trioserve.core import errors
 from trioserve.core.backoff import Backoff
 from trioserve.core.errors import ServeError
 from trioserve.core.frames import Frame, FrameError, Kind, encode
+from trioserve.core.inflight import InFlight
 from trioserve.core.messages import (
     LoadSpec,
     decode_reply,
@@ -39,7 +44,7 @@ from trioserve.runtime.connection import WorkerConnection
 from trioserve.runtime.jobs import Job, JobState
 from trioserve.runtime.launcher import Launcher, WorkerProcess, describe_exit
 
-log = logging.getLogger("trioserve.runtime.worker")
+log = logging.getLogger("trioserve.runtime.supervisor")
 
 
 class WorkerState(enum.Enum):
@@ -72,15 +77,6 @@ class WorkerSettings:
     prefetch: bool = False
 
 
-@dataclass(slots=True, eq=False)
-class _Sent:
-    """A batch sent to the worker process and not ended yet."""
-
-    batch_id: int
-    jobs: list[Job]
-    started: float  # when it started running (or was sent, while it waits behind another)
-
-
 class WorkerFailure(Exception):
     """The worker process failed; ``error`` is what its in-flight jobs get."""
 
@@ -90,7 +86,10 @@ class WorkerFailure(Exception):
         self.detail = detail
 
 
-class Worker:
+class WorkerSupervisor:
+    """Supervises one worker of a model version: its process, restarted as needed, and the
+    batches the batcher assigns to it."""
+
     def __init__(
         self,
         worker_id: int,
@@ -113,15 +112,15 @@ class Worker:
         self.failures = 0
         self.restarts = 0
         self._stop_requested = False
-        self._inflight: dict[str, Job] = {}
-        # Batches sent to the process and not ended, in order: the first one runs; one
-        # behind it (a full batch the process starts as soon as the running one ends) has
-        # not started, so a failure requeues it.
-        self._sent: deque[_Sent] = deque()
         self._failure: WorkerFailure | None = None  # reported by the frame reader
         self._state_changed = trio.Event()
         self._cancel_send, self._cancel_recv = trio.open_memory_channel[str](math.inf)
-        self._batch_id = 0
+        # The batches sent to the process and not ended, and their jobs: the first batch
+        # runs; one behind it (a full batch the process starts as soon as the running one
+        # ends) has not started, so a failure requeues it.
+        self._inflight: InFlight[Job] = InFlight(
+            on_cancel=self._cancel_send.send_nowait, clock=trio.current_time
+        )
         self._reached_ready = False
         self._wake_backoff = trio.CancelScope()
         self._scope = trio.CancelScope()
@@ -249,8 +248,8 @@ class Worker:
                         await self._stop_process(process, conn, graceful=failure is None)
                     if conn is not None:
                         await conn.aclose()
-                    if self._inflight:
-                        self._fail_inflight(
+                    if self._inflight.job_count:
+                        self._inflight.fail_all(
                             failure.error if failure is not None else errors.shutting_down()
                         )
                 nursery.cancel_scope.cancel()
@@ -297,10 +296,6 @@ class Worker:
             async for request_id in self._cancel_recv:
                 await conn.send(encode_cancel([request_id]))
 
-    def _on_job_cancel(self, job: Job) -> None:
-        self._inflight.pop(job.request_id, None)
-        self._cancel_send.send_nowait(job.request_id)
-
     def assign(self, batch: list[Job]) -> None:
         """The batcher hands this worker a batch (it said it was idle, or offered to take a
         full batch behind the running one)."""
@@ -317,17 +312,8 @@ class Worker:
         """Batches sent behind the running one never started: they go back to the queue (the
         last of them was the batcher's last dispatch to this worker; there is at most one).
         The running batch's jobs stay in flight, to be failed."""
-        behind = list(self._sent)[1:]
-        self._sent.clear()
-        for sent in behind:
-            self._requeue_sent(sent.jobs)
-
-    def _requeue_sent(self, batch: list[Job]) -> None:
-        back = [job for job in batch if job.state is JobState.RUNNING]
-        for job in back:
-            self._inflight.pop(job.request_id, None)
-            job.unstart()
-        self._batcher.requeue(self, back)
+        for back in self._inflight.abandon():
+            self._batcher.requeue(self, back)
 
     def _claim(self) -> list[Job]:
         """Take the assigned batch; jobs whose clients left since the dispatch are dropped."""
@@ -365,7 +351,7 @@ class Worker:
                 # Assigned while idle, behind the running batch, or just as it finished.
                 await self._send_assigned(conn)
                 continue
-            if not self._sent:
+            if not self._inflight:
                 if self._stop_requested:
                     return
                 self._offered = False  # reporting idle withdraws the offer
@@ -374,12 +360,13 @@ class Worker:
                 while self._inbox is None and self._failure is None and not self._stop_requested:
                     await self._sleep()
                 continue
-            running = self._sent[0]
+            running = self._inflight.running
+            assert running is not None
             if self._may_offer():
                 self._batcher.worker_prefetch(self)
                 self._offered = True
             ended = await self._sleep(running.started + timeout)
-            if not ended and self._sent and self._sent[0] is running:
+            if not ended and self._inflight.running is running:
                 raise WorkerFailure(
                     errors.worker_died(
                         f"The request exceeded response_timeout ({timeout:g} s); "
@@ -393,7 +380,7 @@ class Worker:
         return (
             self.settings.prefetch
             and not self._offered
-            and len(self._sent) == 1
+            and len(self._inflight) == 1
             and not self._stop_requested
             and self._failure is None
         )
@@ -406,28 +393,22 @@ class Worker:
             return
         batch = self._claim()
         if not batch:
-            if self._sent:
+            if self._inflight:
                 self._batcher.requeue(self, [])  # the offer was used up: renew it
             return  # idle: the serving loop reports it idle again
-        if not self._sent:
+        if not self._inflight:
             self._set_state(WorkerState.BUSY)
         await self._send_batch(conn, batch)
 
     async def _send_batch(self, conn: WorkerConnection, batch: list[Job]) -> None:
-        for job in batch:
-            job.start(self._on_job_cancel)
-            self._inflight[job.request_id] = job
-        self._batch_id += 1
-        sent = _Sent(self._batch_id, batch, trio.current_time())
         # Listed before it is written: the reader may see its answer before send() returns.
-        self._sent.append(sent)
+        batch_id = self._inflight.send(batch)
         try:
             # A frame is never cut short by a stop request: only force_stop cancels here.
-            await conn.send(self.settings.frame_builder(self._batch_id, batch))
+            await conn.send(self.settings.frame_builder(batch_id, batch))
         except BaseException:
             # Never reached the worker: give the jobs back to the queue, in order.
-            self._sent.remove(sent)
-            self._requeue_sent(batch)
+            self._batcher.requeue(self, self._inflight.unsend(batch_id))
             raise
 
     # -- the frame reader ------------------------------------------------------------
@@ -441,11 +422,12 @@ class Worker:
                 frame = await conn.receive()
                 if frame is None:
                     error = await self._died_error(process)
-                    idle = "" if self._sent else "the idle worker exited: "
+                    idle = "" if self._inflight else "the idle worker exited: "
                     self._report(WorkerFailure(error, detail=f"{idle}{error.message}"))
                     return
                 if frame.kind is Kind.RESPONSE:
-                    self._on_reply(frame)
+                    if self._inflight.reply(decode_reply(frame)):
+                        self._wake.set()  # a batch ended
                     if self._may_offer():
                         # The running batch just ended and the one behind it runs now: a
                         # full batch queued goes out at once, from here, rather than after
@@ -489,43 +471,6 @@ class Worker:
         if self._failure is None:
             self._failure = failure
         self._wake.set()
-
-    def _on_reply(self, frame: Frame) -> None:
-        reply = decode_reply(frame)
-        sent = next((s for s in self._sent if s.batch_id == reply.batch_id), None)
-        if sent is None:
-            return  # an answer to a batch already ended (failed, timed out): dropped
-        if reply.code != 200:
-            self._end_batch(sent, errors.prediction_failed(reply.code, reply.message))
-            return
-        for item in reply.replies:
-            job = self._inflight.get(item.request_id)
-            if job is not None:
-                job.deliver(item, final=reply.final)
-            if reply.final:
-                self._inflight.pop(item.request_id, None)
-        if reply.final:
-            # Every job answered is out of flight; any job left had no answer in the batch.
-            mismatch = errors.prediction_failed(503, "number of batch response mismatched")
-            self._end_batch(sent, mismatch)
-
-    def _end_batch(self, sent: _Sent, error: ServeError) -> None:
-        """The batch ended: its jobs still without an answer fail with ``error``, and the
-        batch behind it (if any) is running from now on."""
-        for job in sent.jobs:
-            if self._inflight.pop(job.request_id, None) is not None:
-                job.fail(error)
-        was_running = self._sent[0] is sent
-        self._sent.remove(sent)
-        if was_running and self._sent:
-            self._sent[0].started = trio.current_time()
-        self._wake.set()
-
-    def _fail_inflight(self, error: ServeError) -> None:
-        jobs = list(self._inflight.values())
-        self._inflight.clear()
-        for job in jobs:
-            job.fail(error)
 
     async def _stop_process(
         self, process: WorkerProcess, conn: WorkerConnection | None, *, graceful: bool
