@@ -27,10 +27,10 @@ import trio.testing
 from trioserve import collate
 from trioserve.core.frames import ALIGN, Frame, FrameDecoder, Kind, encode
 from trioserve.core.messages import BatchReply, LoadSpec, decode_reply, encode_load
-from trioserve.worker import main as worker_main
+from trioserve.worker import loop as worker_loop
 from trioserve.worker import ts_shim
 from trioserve.worker.context import Context
-from trioserve.worker.main import Worker
+from trioserve.worker.loop import WorkerLoop
 from trioserve.worker.tensors import DTYPES, TensorSpecError, parse_batch_tensors
 
 HANDLER_MODULE = "fx_batch_tensors"
@@ -119,7 +119,7 @@ class RecordingDecoder(FrameDecoder):
 def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(RecordingDecoder, "batches", [])
-    monkeypatch.setattr(worker_main, "FrameDecoder", RecordingDecoder)
+    monkeypatch.setattr(worker_loop, "FrameDecoder", RecordingDecoder)
     had_shim = ts_shim.installed()
     yield
     sys.modules.pop(HANDLER_MODULE, None)
@@ -170,7 +170,7 @@ async def worker_session(tmp_path: Path) -> AsyncIterator[Session]:
     client, server = trio.testing.memory_stream_pair()
     session = Session(client, tmp_path)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(Worker(server, exit_fn=fake_exit).run)
+        nursery.start_soon(WorkerLoop(server, exit_fn=fake_exit).run)
         spec = LoadSpec("m", "1.0", str(tmp_path), f"{HANDLER_MODULE}.py", batch_size=8)
         await session.send(encode_load(spec))
         loaded = await session.recv()

@@ -109,7 +109,7 @@ def test_encode_unserializable_raises() -> None:
 def test_worker_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "import trioserve.worker.main, trioserve.worker.base_handler, trioserve.worker.ts_shim\n"
+        "import trioserve.worker.loop, trioserve.worker.base_handler, trioserve.worker.ts_shim\n"
         "from trioserve.worker.codec import encode_output\n"
         "encode_output({'a': 1}); encode_output('x'); encode_output(b'y')\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"

@@ -2,7 +2,7 @@
 
 * ``HandlerThread.submit`` (fire and forget, in order with awaited calls);
 * ``write_all`` (the handler thread's write to a full non-blocking socket);
-* ``Worker`` over a real socket: batches queued during the load and sent after it are all
+* ``WorkerLoop`` over a real socket: batches queued during the load and sent after it are all
   answered in order, a PING is answered between them, and SHUTDOWN waits for the last one.
 """
 
@@ -27,8 +27,8 @@ from trioserve.core.messages import (
     encode_batch,
     encode_load,
 )
+from trioserve.worker.connection import write_all
 from trioserve.worker.handler_thread import HandlerThread
-from trioserve.worker.main import write_all
 
 from .worker_socket import socket_worker
 
@@ -165,18 +165,18 @@ async def test_an_answer_that_cannot_be_sent_ends_the_worker(
 ) -> None:
     """Nothing else would answer the batch: the worker exits (status 1), so the server fails
     the batch at once instead of waiting for the response timeout."""
-    import trioserve.worker.main as worker_main
+    import trioserve.worker.loop as worker_loop
 
     (tmp_path / "slow_echo.py").write_text(SLOW_ECHO)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    real_encode = worker_main.encode_reply
+    real_encode = worker_loop.encode_reply
 
     def encode_reply(reply):  # type: ignore[no-untyped-def]
         if reply.batch_id == 2:
             raise ValueError("cannot encode")
         return real_encode(reply)
 
-    monkeypatch.setattr(worker_main, "encode_reply", encode_reply)
+    monkeypatch.setattr(worker_loop, "encode_reply", encode_reply)
     exits: list[tuple[int, str]] = []
 
     def recording_exit(status: int, why: str) -> NoReturn:

@@ -4,7 +4,7 @@
 * ``wire.decode_batch`` vs ``core.messages.decode_batch`` (results and errors);
 * ``HandlerThread`` (one dedicated thread, outcomes, cancellation of the waiting task);
 * ``CancelBook`` counting;
-* ``Worker`` over a real socket (the direct write and the reused read buffer).
+* ``WorkerLoop`` over a real socket (the direct write and the reused read buffer).
 """
 
 from __future__ import annotations

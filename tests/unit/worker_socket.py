@@ -11,12 +11,12 @@ from typing import NoReturn
 import trio
 
 from trioserve.core.frames import Frame, FrameDecoder
-from trioserve.worker.main import Worker
+from trioserve.worker.loop import WorkerLoop
 
 
 @dataclass
 class SocketWorker:
-    worker: Worker
+    worker: WorkerLoop
     stream: trio.SocketStream  # the worker's end
     peer: trio.SocketStream  # the server's end, this test's
     decoder: FrameDecoder = field(default_factory=FrameDecoder)
@@ -35,11 +35,11 @@ class SocketWorker:
 def socket_worker(
     exit_fn: Callable[[int, str], NoReturn], *, send_buffer: int | None = None
 ) -> SocketWorker:
-    """A Worker on one end of a socket pair (``send_buffer``: its SO_SNDBUF, to force short
+    """A WorkerLoop on one end of a socket pair (``send_buffer``: its SO_SNDBUF, to force short
     writes), the other end for the test."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     if send_buffer is not None:
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     stream = trio.SocketStream(trio.socket.from_stdlib_socket(ours))
     peer = trio.SocketStream(trio.socket.from_stdlib_socket(theirs))
-    return SocketWorker(Worker(stream, exit_fn=exit_fn, parent_pid=os.getppid()), stream, peer)
+    return SocketWorker(WorkerLoop(stream, exit_fn=exit_fn, parent_pid=os.getppid()), stream, peer)

@@ -15,7 +15,7 @@ import sys
 
 import trio
 
-from trioserve.worker.main import Worker, exit_now
+from trioserve.worker.loop import WorkerLoop, exit_now
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
 
     async def serve() -> int:
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-        return await Worker(stream, parent_pid=parent_pid).run()
+        return await WorkerLoop(stream, parent_pid=parent_pid).run()
 
     status = trio.run(serve)
     exit_now(status, "done" if status == 0 else "the model failed to load")

@@ -25,7 +25,7 @@ from trioserve.core.messages import (
     encode_load,
 )
 from trioserve.worker import ts_shim
-from trioserve.worker.main import Worker
+from trioserve.worker.loop import WorkerLoop
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "worker"
 
@@ -96,7 +96,7 @@ async def worker_session() -> AsyncIterator[Session]:
 
     async def run() -> None:
         try:
-            session.status = await Worker(server, exit_fn=fake_exit).run()
+            session.status = await WorkerLoop(server, exit_fn=fake_exit).run()
         except* Exited as group:
             first = group.exceptions[0]
             assert isinstance(first, Exited)

@@ -1,4 +1,10 @@
-"""The worker's frame loop.
+"""The worker's frame loop: :class:`WorkerLoop`, inside the worker subprocess.
+
+It reads the server's frames, loads the model and runs each batch in the handler thread
+(:mod:`trioserve.worker.handler_thread`); the bytes themselves go through its
+:class:`~trioserve.worker.connection.ServerConnection`. Between a frame and the handler
+thread, a LOAD or a BATCH is a *pending* work item (:class:`PendingLoad`,
+:class:`PendingBatch`).
 
 Frames in (server -> worker) and what the worker does:
 
@@ -13,7 +19,7 @@ Frames in (server -> worker) and what the worker does:
   ``METRICS_INTERVAL`` while batches keep coming (records are held until the next frame; a
   worker that dies loses at most that interval's). Once the model is loaded, a batch goes
   straight from the frame reader to the handler thread, which also writes its answer (see
-  :meth:`Worker._batch_in_thread`): trio's thread is woken once per batch (the frame coming
+  :meth:`WorkerLoop._batch_in_thread`): trio's thread is woken once per batch (the frame coming
   in), not three times.
 * CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True.
 * PING ``{n}``: PONG ``{n}`` at once, even while a handler runs.
@@ -31,9 +37,7 @@ import functools
 import logging
 import math
 import os
-import select
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +59,7 @@ from trioserve.core.messages import (
 from trioserve.worker.batch import Entry, prepare, run_batch
 from trioserve.worker.cancellation import CancelBook
 from trioserve.worker.codec import decode_enabled
+from trioserve.worker.connection import ServerConnection
 from trioserve.worker.context import Context
 from trioserve.worker.errors import PREDICTION_FAILED, load_error
 from trioserve.worker.handler_thread import HandlerThread
@@ -69,10 +74,6 @@ log = logging.getLogger("trioserve.worker")
 
 SERVER_VERSION = "0.12.0"  # what handlers read as system_properties["server_version"]
 PARENT_CHECK_INTERVAL = 0.5
-READ_SIZE = 1 << 20
-# How often trio's thread retries the socket's write lock while the handler thread holds it
-# (it holds it for one write, or while the server is not reading).
-WRITE_LOCK_POLL = 0.0005
 # While batches keep coming, metrics records go to the server at most this often, in one
 # METRICS frame; a batch the handler thread finishes with nothing queued behind it sends
 # whatever is pending at once.
@@ -89,41 +90,32 @@ def exit_now(status: int, why: str) -> NoReturn:
 
 
 @dataclass(slots=True)
-class LoadJob:
+class PendingLoad:
+    """A LOAD received, for the handler thread to carry out."""
+
     spec: LoadSpec
 
 
 @dataclass(slots=True)
-class BatchJob:
+class PendingBatch:
+    """A BATCH received and checked, for the handler thread to run."""
+
     batch_id: int
     items: list[WorkItem]
     tensors: dict[str, BatchTensor] = field(default_factory=dict)
 
 
-Job = LoadJob | BatchJob
+Pending = PendingLoad | PendingBatch
 
 
 def _nothing() -> None:
     """A handler-thread call that returns at once: awaiting it waits for the calls before."""
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Write all of ``data`` to the non-blocking ``fd``, waiting (in this thread) for room."""
-    view = memoryview(data)
-    poller: select.poll | None = None
-    while view.nbytes:
-        try:
-            sent = os.write(fd, view)
-        except BlockingIOError:
-            if poller is None:
-                poller = select.poll()
-                poller.register(fd, select.POLLOUT)
-            poller.poll()
-            continue
-        view = view[sent:]
+class WorkerLoop:
+    """The worker process's trio side: reads frames, answers PING and CANCEL at once, and
+    hands the LOAD and each BATCH to the handler thread."""
 
-
-class Worker:
     def __init__(
         self,
         stream: trio.abc.Stream,
@@ -132,19 +124,14 @@ class Worker:
         exit_fn: Callable[[int, str], NoReturn] = exit_now,
         parent_pid: int | None = None,
     ) -> None:
-        self._stream = stream
-        # Over a socket stream, its socket, for the fast paths of send() and _receive().
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        self._conn = ServerConnection(stream, exit_fn)
+        self.send = self._conn.send  # bound once: trio's writes
+        self._send_from_thread = self._conn.send_from_thread  # the handler thread's
         self._exit = exit_fn
         self._decode = decode_enabled() if decode is None else decode
-        self._send_lock = trio.StrictFIFOLock()
-        # Over a socket, the handler thread writes batch answers itself: this lock keeps its
-        # frames and trio's whole and apart.
-        self._write_lock = threading.Lock()
-        self._jobs_in, self._jobs_out = trio.open_memory_channel[Job](math.inf)
+        self._pending_in, self._pending_out = trio.open_memory_channel[Pending](math.inf)
         self._cancels = CancelBook()
         self._thread = HandlerThread()
-        self._token: trio.lowlevel.TrioToken | None = None
         self._parent = os.getppid() if parent_pid is None else parent_pid
         self._load_seen = False
         self._shutting_down = False
@@ -155,105 +142,16 @@ class Worker:
         self.entry: Entry | None = None
         self._metrics_sent_at = -math.inf  # time.monotonic() of the last METRICS frame
 
-    # -- writing ------------------------------------------------------------------------------
-
-    async def send(self, data: bytes) -> None:
-        """Write one or more whole frames; frames never interleave.
-
-        Over a socket, when no other write is under way, the frame is first written
-        straight to the (non-blocking) socket: almost always all of it goes at once and the
-        task does not pass through trio's scheduler. What the socket does not take at once
-        is sent with the stream's ``send_all``, still holding the locks.
-        """
-        if self._send_lock.locked():
-            await self._send_lock.acquire()
-        else:
-            self._send_lock.acquire_nowait()
-        try:
-            if self._socket is None:
-                await self._send_all(data)
-            else:
-                await self._send_socket(self._socket.fileno(), data)
-        finally:
-            self._send_lock.release()
-
-    async def _send_all(self, data: bytes | memoryview) -> None:
-        try:
-            await self._stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._exit(0, f"the server connection is gone ({type(exc).__name__})")
-
-    async def _send_socket(self, fd: int, data: bytes) -> None:
-        """Write ``data`` to the socket under the write lock shared with the handler thread."""
-        lock = self._write_lock
-        # A threading lock cannot wake a trio task, and waiting for it in a worker thread
-        # could not be cancelled; it is held briefly, so poll (and stay cancellable).
-        while not lock.acquire(blocking=False):  # noqa: ASYNC110
-            await trio.sleep(WRITE_LOCK_POLL)
-        try:
-            try:
-                sent = os.write(fd, data)
-            except BlockingIOError:
-                sent = 0
-            except OSError as exc:
-                self._exit(0, f"the server connection is gone ({type(exc).__name__})")
-            if sent < len(data):
-                await self._send_all(memoryview(data)[sent:])
-        finally:
-            lock.release()
-
-    async def _receive(
-        self, buffer: bytearray, *, wait_first: bool = False
-    ) -> bytes | bytearray | memoryview:
-        """The next bytes from the server (empty at end of stream).
-
-        Over a socket they are read into ``buffer``, reused for every read, instead of into
-        a fresh ``READ_SIZE`` bytes object each time (which costs a large allocation, page
-        faults and a shrink per read); the decoder copies them out before the next read.
-        With ``wait_first`` (the last read ended on a frame boundary, so the server is most
-        likely waiting for an answer) it waits for the socket to be readable before reading,
-        which saves the read that would fail with EAGAIN.
-        """
-        sock = self._socket
-        if sock is None:
-            return await self._stream.receive_some(READ_SIZE)
-        if not wait_first:
-            size = await sock.recv_into(buffer)
-            return memoryview(buffer)[:size]
-        while True:
-            await trio.lowlevel.wait_readable(sock)
-            try:
-                size = os.readv(sock.fileno(), [buffer])
-            except BlockingIOError:  # a spurious wake-up
-                continue
-            return memoryview(buffer)[:size]
-
-    def _send_from_thread(self, data: bytes) -> None:
-        """Blocking send for the handler thread; returns once the frame is written.
-
-        Over a socket the thread writes it itself, under the write lock, without waking trio's
-        thread; over any other stream trio writes it.
-        """
-        sock = self._socket
-        if sock is None:
-            trio.from_thread.run(self.send, data, trio_token=self._token)
-            return
-        try:
-            with self._write_lock:
-                write_all(sock.fileno(), data)
-        except OSError as exc:
-            self._exit(0, f"the server connection is gone ({type(exc).__name__})")
-
     # -- the task tree ------------------------------------------------------------------------
 
     async def run(self) -> int:
         """Serve until SHUTDOWN (0) or a failed load (1)."""
-        self._token = trio.lowlevel.current_trio_token()
+        self._conn.token = trio.lowlevel.current_trio_token()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_loop)
                 nursery.start_soon(self._watch_parent)
-                status = await self._run_jobs()
+                status = await self._run_pending()
                 nursery.cancel_scope.cancel()
         finally:
             self._thread.close()
@@ -269,10 +167,11 @@ class Worker:
         # Frames land in 64-byte-aligned storage: the blobs (collated batch tensors among
         # them) are then aligned in memory, not only within the frame.
         decoder = FrameDecoder(allocate=aligned_buffer)
-        buffer = bytearray(READ_SIZE if self._socket is not None else 0)
+        buffer = self._conn.read_buffer()
+        receive = self._conn.receive
         while True:
             try:
-                data = await self._receive(buffer, wait_first=decoder.pending == 0)
+                data = await receive(buffer, wait_first=decoder.pending == 0)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._exit(0, f"the server connection failed ({type(exc).__name__})")
             if not data:
@@ -305,7 +204,7 @@ class Worker:
             if not self._shutting_down:
                 log.info("shutdown requested; finishing the batches already received")
                 self._shutting_down = True
-                self._jobs_in.close()
+                self._pending_in.close()
         else:
             log.warning("ignoring a %s frame: the server does not send those", kind.name)
 
@@ -322,7 +221,7 @@ class Worker:
         except FrameError as exc:
             await self.send(encode_load_result(500, f"malformed LOAD frame: {exc}"))
             self._exit(1, f"malformed LOAD frame: {exc}")
-        self._queue(LoadJob(spec))
+        self._queue(PendingLoad(spec))
 
     async def _on_batch(self, frame: Frame) -> None:
         try:
@@ -346,28 +245,28 @@ class Worker:
             await self.send(encode_reply(error_reply(batch_id, 503, "the worker is shutting down")))
             return
         self._cancels.track(item.request_id for item in items)
-        job = BatchJob(batch_id, items, tensors)
+        batch = PendingBatch(batch_id, items, tensors)
         if self._direct:
-            self._submit(job)
+            self._submit(batch)
         else:
-            self._queue(job)
+            self._queue(batch)
 
-    def _queue(self, job: Job) -> None:
+    def _queue(self, pending: Pending) -> None:
         try:
-            self._jobs_in.send_nowait(job)
+            self._pending_in.send_nowait(pending)
         except trio.ClosedResourceError:  # SHUTDOWN came first
-            log.warning("dropping a %s that arrived after SHUTDOWN", type(job).__name__)
+            log.warning("dropping a %s that arrived after SHUTDOWN", type(pending).__name__)
 
-    # -- jobs ---------------------------------------------------------------------------------
+    # -- pending work -------------------------------------------------------------------------
 
-    async def _run_jobs(self) -> int:
-        async for job in self._jobs_out:
-            if isinstance(job, LoadJob):
-                if not await self._load(job.spec):
+    async def _run_pending(self) -> int:
+        async for pending in self._pending_out:
+            if isinstance(pending, PendingLoad):
+                if not await self._load(pending.spec):
                     return 1
                 self._go_direct()
             else:
-                self._submit(job)
+                self._submit(pending)
         # Batches handed to the handler thread are not awaited one by one: wait for the last.
         await self._thread.run(_nothing)
         return 0
@@ -377,15 +276,15 @@ class Worker:
         reader hand it the next ones itself (no await in between, so the order holds)."""
         while True:
             try:
-                job = self._jobs_out.receive_nowait()
+                pending = self._pending_out.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel):
                 break
-            if isinstance(job, BatchJob):  # a second LOAD never reaches the queue
-                self._submit(job)
+            if isinstance(pending, PendingBatch):  # a second LOAD never reaches the queue
+                self._submit(pending)
         self._direct = True
 
-    def _submit(self, job: BatchJob) -> None:
-        self._thread.submit(functools.partial(self._batch_in_thread, job))
+    def _submit(self, batch: PendingBatch) -> None:
+        self._thread.submit(functools.partial(self._batch_in_thread, batch))
 
     async def _load(self, spec: LoadSpec) -> bool:
         context = Context(
@@ -416,14 +315,14 @@ class Worker:
         await self._send_metrics()
         return True
 
-    def _batch_in_thread(self, job: BatchJob) -> None:
+    def _batch_in_thread(self, batch: PendingBatch) -> None:
         """In the handler thread: run one batch and write its answer.
 
         The final RESPONSE and the METRICS frame that follows it go out in one write: one
         system call and one wake-up of the server instead of two.
         """
         try:
-            reply = self._reply_to(job)
+            reply = self._reply_to(batch)
             # Under load another batch is already queued: its metrics can ride along later.
             flush = self._thread.pending() == 0
             self._send_from_thread(encode_reply(reply) + self._metrics_frame(flush=flush))
@@ -431,29 +330,29 @@ class Worker:
             # The batch's answer cannot be sent: end the process, so that the server fails
             # the batch at once and restarts the worker, rather than waiting for the
             # response timeout (nothing else would answer these requests).
-            log.error("batch %d: its answer could not be sent", job.batch_id, exc_info=exc)
-            self._exit(1, f"batch {job.batch_id}: its answer could not be sent")
+            log.error("batch %d: its answer could not be sent", batch.batch_id, exc_info=exc)
+            self._exit(1, f"batch {batch.batch_id}: its answer could not be sent")
         finally:
-            self._cancels.release([item.request_id for item in job.items])
+            self._cancels.release([item.request_id for item in batch.items])
 
-    def _reply_to(self, job: BatchJob) -> BatchReply:
+    def _reply_to(self, batch: PendingBatch) -> BatchReply:
         entry, context = self.entry, self.context
         if entry is None or context is None:
-            return error_reply(job.batch_id, 503, "no model is loaded in this worker")
-        channel = IntermediateChannel(job.batch_id, self._send_from_thread)
+            return error_reply(batch.batch_id, 503, "no model is loaded in this worker")
+        channel = IntermediateChannel(batch.batch_id, self._send_from_thread)
         try:
             data = prepare(
                 context,
-                job.items,
+                batch.items,
                 decode=self._decode,
                 cancel_check=self._cancels.is_cancelled,
                 channel=channel,
-                tensors=job.tensors,
+                tensors=batch.tensors,
             )
-            return run_batch(entry, context, job.batch_id, job.items, data)
+            return run_batch(entry, context, batch.batch_id, batch.items, data)
         except BaseException as exc:  # run_batch catches the handler's; this is the worker's
-            log.error("batch %d could not be run", job.batch_id, exc_info=exc)
-            return error_reply(job.batch_id, *PREDICTION_FAILED)
+            log.error("batch %d could not be run", batch.batch_id, exc_info=exc)
+            return error_reply(batch.batch_id, *PREDICTION_FAILED)
         finally:
             context.end_batch()
 
