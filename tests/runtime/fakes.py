@@ -12,6 +12,7 @@ import trio
 from trioserve.core.frames import FrameDecoder, Kind
 from trioserve.core.messages import (
     BatchReply,
+    LoadSpec,
     Reply,
     WorkItem,
     decode_batch,
@@ -19,7 +20,10 @@ from trioserve.core.messages import (
     encode_load_result,
     encode_reply,
 )
+from trioserve.core.model_settings import ModelSettings
 from trioserve.runtime.launcher import Launched
+from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.supervisor import WorkerSettings
 
 _pids = itertools.count(100_000)
 
@@ -122,3 +126,47 @@ class FakeLauncher:
                                 return
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+
+
+class OneModelManager:
+    """What the inference service needs of a ModelManager, over one ModelVersion."""
+
+    def __init__(self, model: ModelVersion) -> None:
+        self.model = model
+
+    def get(self, name: str, version: str | None = None) -> ModelVersion:
+        return self.model
+
+    def healthy(self) -> bool:
+        return self.model.healthy
+
+
+def model_version(launcher: FakeLauncher) -> ModelVersion:
+    settings = ModelSettings(
+        name="m",
+        version="1.0",
+        url="m.mar",
+        handler="h.py",
+        runtime="python",
+        batch_size=1,
+        max_batch_delay=100,
+        min_workers=1,
+        max_workers=1,
+        response_timeout=30,
+        startup_timeout=5,
+        job_queue_size=10,
+        loaded_at_startup=False,
+    )
+    ids = itertools.count(9000)
+    pool = PoolSettings(
+        worker=WorkerSettings(
+            load=LoadSpec("m", "1.0", "/nonexistent", "h.py"),
+            cwd=Path("/"),
+            response_timeout=30,
+            startup_timeout=5,
+            stop_grace=0.5,
+            max_frame=1 << 20,
+        ),
+        next_worker_id=lambda: next(ids),
+    )
+    return ModelVersion(settings, pool, launcher)

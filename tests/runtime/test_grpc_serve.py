@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,60 +18,13 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
     InferenceApIsServiceStub,
     PredictionsRequest,
 )
-from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem
-from trioserve.core.model_settings import ModelSettings
+from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.grpc.bridge import GrpcListener, _Bridge, _Servable, serve_grpc
 from trioserve.grpc.calls import Dispatcher, Gate
 from trioserve.grpc.inference import InferenceRpcs
 from trioserve.runtime.dataplane import Dataplane
-from trioserve.runtime.model import ModelVersion, PoolSettings
-from trioserve.runtime.supervisor import WorkerSettings
 
-from .fakes import FakeLauncher, FakeProcess
-
-
-class OneModelManager:
-    """What the inference service needs of a ModelManager, over one ModelVersion."""
-
-    def __init__(self, model: ModelVersion) -> None:
-        self.model = model
-
-    def get(self, name: str, version: str | None = None) -> ModelVersion:
-        return self.model
-
-    def healthy(self) -> bool:
-        return self.model.healthy
-
-
-def model_version(launcher: FakeLauncher) -> ModelVersion:
-    settings = ModelSettings(
-        name="m",
-        version="1.0",
-        url="m.mar",
-        handler="h.py",
-        runtime="python",
-        batch_size=1,
-        max_batch_delay=100,
-        min_workers=1,
-        max_workers=1,
-        response_timeout=30,
-        startup_timeout=5,
-        job_queue_size=10,
-        loaded_at_startup=False,
-    )
-    ids = itertools.count(9000)
-    pool = PoolSettings(
-        worker=WorkerSettings(
-            load=LoadSpec("m", "1.0", "/nonexistent", "h.py"),
-            cwd=Path("/"),
-            response_timeout=30,
-            startup_timeout=5,
-            stop_grace=0.5,
-            max_frame=1 << 20,
-        ),
-        next_worker_id=lambda: next(ids),
-    )
-    return ModelVersion(settings, pool, launcher)
+from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version
 
 
 def call_predictions(port: int, body: bytes) -> Any:
