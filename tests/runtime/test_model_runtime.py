@@ -15,6 +15,7 @@ from trioserve.core.frames import Kind, encode
 from trioserve.core.messages import BatchReply, LoadSpec, Param, Reply, WorkItem
 from trioserve.core.model_settings import ModelSettings
 from trioserve.core.request import InferenceRequest
+from trioserve.http.errors import http_status
 from trioserve.runtime.jobs import JobState
 from trioserve.runtime.model import ModelVersion, PoolSettings
 from trioserve.runtime.supervisor import WorkerSettings, WorkerState
@@ -130,7 +131,7 @@ async def test_crash_fails_only_the_inflight_job_and_worker_restarts() -> None:
         model = await start(nursery, launcher)
         with pytest.raises(ServeError) as info:
             await result(model, "boom")
-        assert info.value.status == 507 and "SIGKILL" in info.value.message
+        assert http_status(info.value) == 507 and "SIGKILL" in info.value.message
         assert await result(model, "again") == b"ok"
         assert len(launcher.processes) == 2
         assert model.workers[0].restarts == 1
@@ -146,7 +147,7 @@ async def test_response_timeout_kills_the_worker_and_fails_the_job() -> None:
         model = await start(nursery, launcher, response_timeout=0.3)
         with pytest.raises(ServeError) as info:
             await result(model, "slow")
-        assert info.value.status == 500
+        assert http_status(info.value) == 500
         assert "response_timeout" in info.value.message
         assert launcher.processes[0].signals == ["TERM"]
         nursery.cancel_scope.cancel()
@@ -162,7 +163,7 @@ async def test_startup_timeout_and_failed_loads_reject_requests_clearly() -> Non
         assert worker.last_error is not None and "startup_timeout" in worker.last_error
         with pytest.raises(ServeError) as info:
             model.submit(req("x"))
-        assert info.value.status == 503 and "startup_timeout" in info.value.message
+        assert http_status(info.value) == 503 and "startup_timeout" in info.value.message
         nursery.cancel_scope.cancel()
 
 
@@ -208,7 +209,7 @@ async def test_queue_full_is_a_503_naming_the_limit() -> None:
         model.submit(req("3"))
         with pytest.raises(ServeError) as info:
             model.submit(req("4"))
-        assert info.value.status == 503 and "job_queue_size" in info.value.message
+        assert http_status(info.value) == 503 and "job_queue_size" in info.value.message
         assert info.value.retry_after is not None
         nursery.cancel_scope.cancel()
 
@@ -264,7 +265,7 @@ async def test_shutdown_fails_queued_jobs_clearly() -> None:
             outer.start_soon(client, model)
             await trio.testing.wait_all_tasks_blocked()
             nursery.cancel_scope.cancel()
-    assert [e.status for e in errors] == [503, 503]
+    assert [http_status(e) for e in errors] == [503, 503]
     assert launcher.processes[0].returncode is not None
 
 
@@ -364,7 +365,7 @@ async def test_a_crash_mid_batch_fails_exactly_that_batch() -> None:
             try:
                 outcomes[name] = await result(model, name)
             except ServeError as exc:
-                outcomes[name] = exc.status
+                outcomes[name] = http_status(exc)
 
         for name in ("a", "b", "c", "d"):
             nursery.start_soon(client, name)
@@ -470,7 +471,7 @@ async def test_a_crash_requeues_the_batch_behind_which_never_started() -> None:
             try:
                 outcomes[name] = await result(model, name)
             except ServeError as exc:
-                outcomes[name] = exc.status
+                outcomes[name] = http_status(exc)
 
         for name in ("a", "b", "c"):
             nursery.start_soon(client, name)
@@ -508,7 +509,7 @@ async def test_a_frame_the_server_cannot_handle_restarts_the_worker_not_the_serv
         )
         with pytest.raises(ServeError) as failed:
             await result(model, "a")
-        assert failed.value.status == 500
+        assert http_status(failed.value) == 500
         assert "could not handle the worker's answer" in failed.value.message
         # The worker was restarted; the next request is served by the new process.
         assert await result(model, "b") == b"b"

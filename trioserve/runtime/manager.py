@@ -136,8 +136,7 @@ class ModelManager:
                 )
                 await self.unregister(model.name, model.version)
                 raise errors.ServeError(
-                    500,
-                    "InternalServerException",
+                    errors.ErrorKind.WORKER_FAILED,
                     f"Failed to start workers for model {model.name} version: "
                     f"{model.version}: {reason}",
                 )
@@ -265,9 +264,20 @@ class ModelManager:
         return problems
 
 
+# The archive package reports refusals with the HTTP status its CLI and docs name.
+_ARCHIVE_KINDS = {
+    400: errors.ErrorKind.BAD_INPUT,
+    404: errors.ErrorKind.NOT_FOUND,
+    409: errors.ErrorKind.CONFLICT,
+    413: errors.ErrorKind.TOO_LARGE,
+}
+
+
 def archive_error(exc: archive.ArchiveError) -> errors.ServeError:
-    type_name = {404: "ModelNotFoundException"}.get(exc.status, "BadRequestException")
-    return errors.ServeError(exc.status, type_name, str(exc))
+    kind = _ARCHIVE_KINDS.get(exc.status, errors.ErrorKind.INTERNAL)
+    missing = kind is errors.ErrorKind.NOT_FOUND
+    reason = "ModelNotFoundException" if missing else "BadRequestException"
+    return errors.ServeError(kind, str(exc), reason=reason)
 
 
 async def _run_in_scope(

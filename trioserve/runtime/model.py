@@ -71,8 +71,7 @@ class ModelVersion:
         self._closed = True
         self.queue.close(
             errors.ServeError(
-                503,
-                "ServiceUnavailableException",
+                errors.ErrorKind.UNAVAILABLE,
                 f'Model "{self.name}" version {self.version} was unregistered.',
             )
         )
