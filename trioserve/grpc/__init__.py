@@ -6,6 +6,6 @@ transport-neutral core as the HTTP routes; :mod:`.bridge` is the only module tha
 with asyncio (grpclib runs on a trio-asyncio loop).
 """
 
-from trioserve.grpc.bridge import HostPort, serve_grpc
+from trioserve.grpc.bridge import GrpcListener, HostPort, serve_grpc
 
-__all__ = ["HostPort", "serve_grpc"]
+__all__ = ["GrpcListener", "HostPort", "serve_grpc"]

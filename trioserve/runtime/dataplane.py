@@ -34,7 +34,7 @@ from trioserve.core import errors
 from trioserve.core.errors import ServeError
 from trioserve.core.messages import Reply
 from trioserve.core.request import InferenceRequest, Outcome
-from trioserve.runtime.jobs import Job
+from trioserve.runtime.jobs import Job, each_reply
 from trioserve.runtime.manager import ModelManager
 from trioserve.runtime.sequences import SequenceRouter, StatelessSequences
 
@@ -142,16 +142,9 @@ class Call:
             self._finished()
         return reply, final
 
-    async def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
+    def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
         """Each reply with its ``final`` flag, the final one last."""
-        while True:
-            try:
-                item = await self.next_reply()
-            except trio.EndOfChannel:
-                return
-            yield item
-            if item[1]:
-                return
+        return each_reply(self.next_reply)
 
     def cancel(self) -> None:
         """The adapter no longer wants the answer. Safe to call in any state, repeatedly."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
@@ -134,16 +134,9 @@ class Job:
             raise item
         return item
 
-    async def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
+    def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
         """Each reply with its ``final`` flag; raises the job's error if it failed."""
-        while True:
-            try:
-                item = await self.next_reply()
-            except trio.EndOfChannel:
-                return
-            yield item
-            if item[1]:
-                return
+        return each_reply(self.next_reply)
 
     def cancel(self) -> None:
         """The adapter no longer wants the answer. Safe to call in any state."""
@@ -156,3 +149,17 @@ class Job:
         self._closed = True
         self._items.clear()
         self._wake()
+
+
+async def each_reply(
+    next_reply: Callable[[], Awaitable[tuple[Reply, bool]]],
+) -> AsyncIterator[tuple[Reply, bool]]:
+    """Each reply ``next_reply`` gives, with its ``final`` flag, up to the final one."""
+    while True:
+        try:
+            item = await next_reply()
+        except trio.EndOfChannel:
+            return
+        yield item
+        if item[1]:
+            return
