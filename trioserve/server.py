@@ -60,7 +60,7 @@ from trioserve.runtime.manager import (
     archive_error,
     worker_environment,
 )
-from trioserve.runtime.sequences import StatelessSequences
+from trioserve.runtime.sequences import SequenceHeaders
 
 log = logging.getLogger("trioserve.server")
 
@@ -115,6 +115,8 @@ def manager_settings(
         unregister_timeout=config.unregister_model_timeout,
         metrics_sink=None if metrics is None else metrics.handler_metrics,
         load_time_sink=None if metrics is None else metrics.worker_loaded,
+        sequence_id_header=config.ts_header_key_sequence_id,
+        sequence_end_header=config.ts_header_key_sequence_end,
     )
 
 
@@ -132,7 +134,10 @@ def build_dataplane(
     config: ServerConfig, manager: ModelManager, metrics: ServerMetrics
 ) -> Dataplane:
     """The one inference path every protocol adapter submits to."""
-    sequences = StatelessSequences(sequence_id_header=config.ts_header_key_sequence_id)
+    sequences = SequenceHeaders(
+        id_header=config.ts_header_key_sequence_id,
+        start_header=config.ts_header_key_sequence_start,
+    )
     return Dataplane(manager, metrics, sequences=sequences)
 
 

@@ -13,7 +13,7 @@ from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import BatchReply, Param, Reply, WorkItem
 from trioserve.core.request import InferenceRequest, Outcome
 from trioserve.runtime.dataplane import Dataplane
-from trioserve.runtime.sequences import StatelessSequences
+from trioserve.runtime.sequences import SequenceHeaders
 
 from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version
 
@@ -56,7 +56,7 @@ async def started(
     await model.scale(1, 1)
     await model.wait_settled()
     metrics = RecordedMetrics()
-    sequences = StatelessSequences(sequence_id_header="seq")
+    sequences = SequenceHeaders(id_header="seq")
     return Dataplane(NamedModels(model), metrics, sequences=sequences), metrics  # type: ignore[arg-type]
 
 

@@ -13,7 +13,7 @@ from trioserve.core.messages import Param
 from trioserve.core.request import InferenceRequest
 from trioserve.grpc.calls import Dispatcher, Gate, RpcContext, Unary, single_error
 from trioserve.http.errors import http_status
-from trioserve.runtime.sequences import StatelessSequences
+from trioserve.runtime.sequences import SequenceHeaders
 
 CONTEXT = RpcContext(method="Predictions", metadata=(("authorization", "Bearer k"),))
 
@@ -71,12 +71,14 @@ def test_single_error_prefers_the_serve_error() -> None:
     assert single_error(BaseExceptionGroup("g", [plain])) is plain
 
 
-def test_stateless_sequences_pass_the_id_as_a_header_once() -> None:
-    router = StatelessSequences(sequence_id_header="x-seq")
+def test_sequence_headers_show_the_id_once_and_the_start_of_a_new_sequence() -> None:
+    headers = SequenceHeaders(id_header="x-seq", start_header="x-start")
     params = [Param("data", b"1")]
     request = InferenceRequest("m", "2.0", params, sequence_id="s1")
-    assert router.route(request) == "s1"
-    assert request.headers == [("x-seq", "s1")] and request.version == "2.0"
-    sent = InferenceRequest("m", None, params, headers=[("X-Seq", "s2")], sequence_id="s2")
-    assert router.route(sent) == "s2"
-    assert sent.headers == [("X-Seq", "s2")]  # the client's own header is not doubled
+    headers.mark(request, started=True)
+    assert request.headers == [("x-seq", "s1"), ("x-start", "true")]
+    sent = InferenceRequest(
+        "m", None, params, headers=[("X-Seq", "s2"), ("X-Start", "x")], sequence_id="s2"
+    )
+    headers.mark(sent, started=False)
+    assert sent.headers == [("x-seq", "s2")]  # the client's own are replaced, not doubled

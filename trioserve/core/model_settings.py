@@ -44,6 +44,21 @@ class YamlSettings:
     response_timeout: int | None = None
     startup_timeout: int | None = None
     job_queue_size: int | None = None
+    sequence_batching: bool | None = None
+    sequence_max_idle_msec: int | None = None
+    sequence_timeout_msec: int | None = None
+    max_sequence_job_queue_size: int | None = None
+    max_num_sequence: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceSettings:
+    """A stateful model's sequence limits (TorchServe's sequence batching keys)."""
+
+    max_idle_msec: int  # sequenceMaxIdleMSec; 0 = no idle limit
+    timeout_msec: int  # sequenceTimeoutMSec; 0 = no lifetime limit
+    max_queue: int  # maxSequenceJobQueueSize (requests waiting in one sequence)
+    max_sequences: int  # maxNumSequence (open sequences of the model version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +85,24 @@ class ModelSettings:
     startup_timeout: int
     job_queue_size: int
     loaded_at_startup: bool
+    sequence: SequenceSettings | None = None  # set for a stateful model
+
+
+def sequence_settings(
+    yaml: YamlSettings, batch_size: int, max_workers: int
+) -> SequenceSettings | None:
+    """The sequence limits of a model whose model-config.yaml sets ``sequenceBatching``.
+
+    ``maxNumSequence`` defaults to ``batchSize * maxWorkers`` (every slot of every worker),
+    ``maxSequenceJobQueueSize`` to 1, as TorchServe's minimum."""
+    if not yaml.sequence_batching:
+        return None
+    return SequenceSettings(
+        max_idle_msec=max(0, yaml.sequence_max_idle_msec or 0),
+        timeout_msec=max(0, yaml.sequence_timeout_msec or 0),
+        max_queue=max(1, yaml.max_sequence_job_queue_size or 1),
+        max_sequences=max(1, yaml.max_num_sequence or batch_size * max(1, max_workers)),
+    )
 
 
 def _models_setting(defaults: ServerDefaults, name: str, version: str) -> dict[str, Any]:
@@ -155,4 +188,5 @@ def decide(
         startup_timeout=max(1, startup_timeout),
         job_queue_size=max(1, job_queue_size),
         loaded_at_startup=options.loaded_at_startup,
+        sequence=sequence_settings(yaml, max(1, batch_size), max_workers),
     )

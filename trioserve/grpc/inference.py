@@ -175,11 +175,14 @@ class InferenceRpcs:
         pending_send, pending_recv = trio.open_memory_channel[_Pending](MAX_PENDING_PER_STREAM)
 
         async def read_requests() -> None:
+            stream_sequence = ""  # the stream's sequence, once its first request is accepted
             async with pending_send:
                 while (message := await receive()) is not None:
-                    pending = self._accept(message, context)
+                    pending = self._accept(message, context, stream_sequence)
                     if pending.call is not None:
                         live.add(pending.call)
+                        if pending.call.stateful and not stream_sequence:
+                            stream_sequence = pending.call.sequence_id or ""
                     await pending_send.send(pending)
 
         try:
@@ -196,12 +199,16 @@ class InferenceRpcs:
             for call in live:
                 call.cancel()
 
-    def _accept(self, message: PredictionsRequest, context: RpcContext) -> _Pending:
-        pending = _Pending(sequence_id=message.sequence_id)
+    def _accept(
+        self, message: PredictionsRequest, context: RpcContext, stream_sequence: str
+    ) -> _Pending:
+        """Submit one request of the stream. On a stateful model the stream carries one
+        sequence: the first request opens it (a new id when it names none) and a later one
+        without ``sequence_id`` joins it. A stateless model needs the id on every request."""
+        sequence_id = message.sequence_id or stream_sequence
+        pending = _Pending(sequence_id=sequence_id or None)
         try:
-            if not message.sequence_id:
-                raise errors.bad_request("Parameter sequenceId is required.")
-            pending.call = self._submit(message, context, message.sequence_id)
+            pending.call = self._submit(message, context, sequence_id)
         except ServeError as error:
             pending.error = error
         return pending

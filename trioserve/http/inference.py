@@ -108,15 +108,26 @@ class ReplyBody:
         self._call.cancel()
 
 
-def reply_headers(reply: Reply, request_id: str) -> list[tuple[str, str]]:
-    """No-cache headers, then the handler's (replacing any of the same name, in any case)."""
+def reply_headers(
+    reply: Reply, request_id: str, sequence: tuple[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """No-cache headers, then the handler's (replacing any of the same name, in any case),
+    then the request id and the ``sequence`` header, if the request belongs to one."""
     merged = {key.lower(): (key, value) for key, value in NO_CACHE_HEADERS.items()}
     for key, value in reply.headers.items():
         merged[key.lower()] = (key, value)
     if reply.content_type:
         merged["content-type"] = ("Content-Type", reply.content_type)
     merged["x-request-id"] = ("x-request-id", request_id)
+    if sequence is not None:
+        merged[sequence[0].lower()] = sequence
     return list(merged.values())
+
+
+def _with_sequence(answer: Answer, sequence: tuple[str, str] | None) -> Answer:
+    if sequence is not None:
+        answer.headers.append(sequence)
+    return answer
 
 
 async def predict(dataplane: Dataplane, infer: InferenceRequest) -> Answer:
@@ -126,19 +137,26 @@ async def predict(dataplane: Dataplane, infer: InferenceRequest) -> Answer:
     try:
         call = dataplane.submit(infer)
     except ServeError as error:
-        return _counted(error_answer(error, infer.request_id))
+        sequence = _sequence(dataplane, infer.sequence_id)
+        return _counted(_with_sequence(error_answer(error, infer.request_id), sequence))
+    sequence = _sequence(dataplane, call.sequence_id)
     try:
         first, final = await call.next_reply()
     except ServeError as error:
-        return _counted(error_answer(error, infer.request_id))
+        return _counted(_with_sequence(error_answer(error, infer.request_id), sequence))
     except BaseException:
         call.cancel()
         raise
-    headers = reply_headers(first, infer.request_id)
+    headers = reply_headers(first, infer.request_id, sequence)
     close = first.status >= 400
     if final:
         return Answer(first.status, headers, bytes(first.body), close, counted=True)
     return Answer(first.status, headers, ReplyBody(first, call), close, counted=True)
+
+
+def _sequence(dataplane: Dataplane, sequence_id: str | None) -> tuple[str, str] | None:
+    """The sequence header every answer of a sequence's request carries."""
+    return None if not sequence_id else (dataplane.sequence_header, sequence_id)
 
 
 def _counted(answer: Answer) -> Answer:
@@ -168,6 +186,7 @@ def _mimetype(content_type: bytes) -> str:
 
 def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> FastPath:
     """Predictions and explanations with a raw body, answered without Quart."""
+    sequence_header = dataplane.sequence_header.lower().encode("latin-1")
 
     async def answer(request: Request) -> Answer | None:
         matched = ROUTES.match(request.method, request.path)
@@ -190,11 +209,13 @@ def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> Fast
         param = Param(
             "body", request.body, None if content_type is None else content_type.decode("latin-1")
         )
+        sequence_id = request.header(sequence_header)
         infer = InferenceRequest(
             model=variables["model_name"],
             version=variables.get("model_version"),
             params=[param],
             headers=_prediction_headers(request.headers, route.endpoint == "explanations", rest),
+            sequence_id=sequence_id.decode("latin-1") if sequence_id else None,
         )
         return await predict(dataplane, infer)
 
@@ -228,6 +249,7 @@ def create_inference_app(
                 version=model_version,
                 params=await read_params(),
                 headers=_prediction_headers(request.scope["headers"], explain, rest),
+                sequence_id=request.headers.get(dataplane.sequence_header) or None,
             )
             return answer_response(await predict(dataplane, infer))
 

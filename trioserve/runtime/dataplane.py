@@ -36,7 +36,8 @@ from trioserve.core.messages import Reply
 from trioserve.core.request import InferenceRequest, Outcome
 from trioserve.runtime.jobs import Job, each_reply
 from trioserve.runtime.manager import ModelManager
-from trioserve.runtime.sequences import SequenceRouter, StatelessSequences
+from trioserve.runtime.sequence_batcher import SequenceBatcher
+from trioserve.runtime.sequences import SequenceHeaders
 
 
 def outcome_of_error(error: ServeError) -> Outcome:
@@ -63,11 +64,16 @@ class Dataplane:
         manager: ModelManager,
         metrics: RequestMetrics | None = None,
         *,
-        sequences: SequenceRouter | None = None,
+        sequences: SequenceHeaders | None = None,
     ) -> None:
         self.manager = manager
         self.metrics = metrics
-        self.sequences: SequenceRouter = sequences or StatelessSequences()
+        self.sequences = sequences or SequenceHeaders()
+
+    @property
+    def sequence_header(self) -> str:
+        """The request (and response) header that carries a sequence id."""
+        return self.sequences.id_header
 
     def healthy(self) -> bool:
         """Every model version that should have workers has a ready one."""
@@ -81,21 +87,29 @@ class Dataplane:
             model = self.manager.get(request.model, request.version)
             if metrics is not None:
                 metrics.request_received(request.model, request.version)
-            sequence_id = None
-            if request.sequence_id is not None:
-                sequence_id = self.sequences.route(request)
+            if isinstance(model.queue, SequenceBatcher):
+                # A stateful model: every request belongs to a sequence, opened when the
+                # request names none (or one never seen), joined when it names an open one.
+                request.sequence_id, started = model.queue.open(request.sequence_id or None)
+                self.sequences.mark(request, started=started)
+            elif request.sequence_id == "":
+                raise errors.bad_request("Parameter sequenceId is required.")
+            elif request.sequence_id is not None:
+                self.sequences.mark(request, started=False)  # shown to the handler, echoed
             job = model.submit(request)
         except ServeError as error:
             if metrics is not None:
                 metrics.request_outcome(outcome_of_error(error))
             raise
-        return Call(job, began, metrics, sequence_id)
+        call = Call(job, began, metrics, request.sequence_id)
+        call.stateful = isinstance(model.queue, SequenceBatcher)
+        return call
 
 
 class Call:
     """One admitted request, as its adapter sees it: replies in, cancellation out."""
 
-    __slots__ = ("_began", "_decided", "_job", "_metrics", "sequence_id")
+    __slots__ = ("_began", "_decided", "_job", "_metrics", "sequence_id", "stateful")
 
     def __init__(
         self,
@@ -109,6 +123,7 @@ class Call:
         self._metrics = metrics
         self._decided = False  # the response class is recorded
         self.sequence_id = sequence_id  # the sequence the replies belong to, if any
+        self.stateful = False  # the model keeps per-sequence state (sequence batching)
 
     @property
     def request(self) -> InferenceRequest:

@@ -39,6 +39,7 @@ class Job:
         "_remove",
         "_waiter",
         "enqueued_at",
+        "on_end",
         "request",
         "started_at",
         "state",
@@ -57,6 +58,9 @@ class Job:
         self._closed = False  # the adapter is gone: items are dropped
         self._remove: Callable[[Job], None] | None = None
         self._on_cancel: Callable[[Job], None] | None = None
+        # Told once when the job ends (answered, failed or cancelled), with its final reply
+        # if it had one: a sequence's next request may go once this one has ended.
+        self.on_end: Callable[[Job, Reply | None], None] | None = None
 
     @property
     def request_id(self) -> str:
@@ -88,7 +92,7 @@ class Job:
             return
         self._push((reply, final))
         if final:
-            self._end(JobState.DONE)
+            self._end(JobState.DONE, reply)
 
     def fail(self, error: ServeError) -> None:
         if self.state in (JobState.DONE, JobState.CANCELLED):
@@ -107,12 +111,15 @@ class Job:
         if waiter is not None:
             waiter.set()
 
-    def _end(self, state: JobState) -> None:
+    def _end(self, state: JobState, reply: Reply | None = None) -> None:
         self.state = state
         self._on_cancel = None
         self._remove = None
         self._ended = True
         self._wake()
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end(self, reply)
 
     # -- adapter side ------------------------------------------------------------------
 

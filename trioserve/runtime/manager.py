@@ -51,6 +51,9 @@ class ManagerSettings:
     metrics_sink: Callable[[str, str, list[Any]], None] | None = None
     # Told each worker's load time: (worker name, milliseconds).
     load_time_sink: Callable[[str, float], None] | None = None
+    # The sequence id and end header names (ts_header_key_sequence_id / _end).
+    sequence_id_header: str = "ts_request_sequence_id"
+    sequence_end_header: str = "ts_request_sequence_end"
 
 
 @dataclass(slots=True)
@@ -179,6 +182,11 @@ class ModelManager:
                 response_timeout=cfg.response_timeout,
                 startup_timeout=cfg.startup_timeout,
                 job_queue_size=cfg.job_queue_size,
+                sequence_batching=cfg.sequence_batching,
+                sequence_max_idle_msec=cfg.sequence_max_idle_msec,
+                sequence_timeout_msec=cfg.sequence_timeout_msec,
+                max_sequence_job_queue_size=cfg.max_sequence_job_queue_size,
+                max_num_sequence=cfg.max_num_sequence,
             ),
             defaults=self.settings.defaults,
         )
@@ -234,6 +242,8 @@ class ModelManager:
             worker=worker,
             next_worker_id=lambda: next(self._worker_ids),
             tensor_inputs=tensors,
+            sequence_id_header=self.settings.sequence_id_header,
+            sequence_end_header=self.settings.sequence_end_header,
         )
 
     async def unregister(self, name: str, version: str | None = None) -> None:

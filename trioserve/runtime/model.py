@@ -15,6 +15,7 @@ from trioserve.core.tensor_inputs import TensorInput
 from trioserve.runtime.batcher import Batcher
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import Launcher
+from trioserve.runtime.sequence_batcher import SequenceBatcher
 from trioserve.runtime.supervisor import WorkerSettings, WorkerState, WorkerSupervisor
 
 log = logging.getLogger("trioserve.runtime.model")
@@ -27,6 +28,8 @@ class PoolSettings:
     worker: WorkerSettings
     next_worker_id: Callable[[], int]
     tensor_inputs: Mapping[str, TensorInput] = field(default_factory=dict)
+    sequence_id_header: str = "ts_request_sequence_id"
+    sequence_end_header: str = "ts_request_sequence_end"
 
 
 class ModelVersion:
@@ -34,11 +37,20 @@ class ModelVersion:
         self.settings = settings
         self.min_workers = settings.min_workers
         self.max_workers = settings.max_workers
-        self.queue = Batcher(
-            batch_size=settings.batch_size,
-            max_delay=settings.max_batch_delay / 1000.0,
-            capacity=settings.job_queue_size,
-        )
+        self.queue: Batcher | SequenceBatcher
+        if settings.sequence is None:
+            self.queue = Batcher(
+                batch_size=settings.batch_size,
+                max_delay=settings.max_batch_delay / 1000.0,
+                capacity=settings.job_queue_size,
+            )
+        else:
+            self.queue = SequenceBatcher(
+                settings.sequence,
+                batch_size=settings.batch_size,
+                id_header=pool.sequence_id_header,
+                end_header=pool.sequence_end_header,
+            )
         self.workers: list[WorkerSupervisor] = []
         self._pool = pool
         self._launcher = launcher

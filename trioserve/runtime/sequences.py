@@ -1,43 +1,43 @@
-"""Which worker state a request of a sequence reaches: the dataplane's sequence router.
+"""What a handler sees of the sequence a request belongs to: TorchServe's sequence headers.
 
 A request that names a sequence (``InferenceRequest.sequence_id``: TorchServe's
-``StreamPredictions2`` field, its HTTP sequence header) is given to the
-:class:`SequenceRouter` before it is queued. The router may refuse it (a
-:class:`~trioserve.core.errors.ServeError`), decides which sequence id its replies carry,
-and prepares what the handler sees.
-
-:class:`StatelessSequences` is the router while models keep no sequence state: the handler
-sees the id in the sequence id header and the request is queued like any other. Sequence
-batching replaces it with a router that keeps per-sequence state (start and end, one ordered
-queue per sequence, closed or expired ids refused) without touching the adapters.
+``StreamPredictions2`` field or its HTTP sequence header) carries the id to the handler in
+the sequence id header (``ts_request_sequence_id``, ``ts_header_key_sequence_id``); the first
+request of a sequence the server opened also carries the start header
+(``ts_request_sequence_start: true``). Which sequences are open, and in what order and on
+which worker their requests run, is the stateful model's queue's business
+(:mod:`trioserve.runtime.sequence_batcher`).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from trioserve.core.request import InferenceRequest
 
 DEFAULT_SEQUENCE_ID_HEADER = "ts_request_sequence_id"
+DEFAULT_SEQUENCE_START_HEADER = "ts_request_sequence_start"
 
 
-class SequenceRouter(Protocol):
-    def route(self, request: InferenceRequest) -> str:
-        """Prepare ``request`` (its ``sequence_id`` is set) for queueing; return the
-        sequence id its replies carry. Raises ``ServeError`` to refuse it."""
-        ...
+class SequenceHeaders:
+    """Shows a request's sequence id (and a sequence's start) to the handler."""
 
+    def __init__(
+        self,
+        *,
+        id_header: str = DEFAULT_SEQUENCE_ID_HEADER,
+        start_header: str = DEFAULT_SEQUENCE_START_HEADER,
+    ) -> None:
+        self.id_header = id_header
+        self.start_header = start_header
+        self._folded = {id_header.lower(), start_header.lower()}
 
-class StatelessSequences:
-    """The handler sees the request's sequence id as a request header."""
-
-    def __init__(self, *, sequence_id_header: str = DEFAULT_SEQUENCE_ID_HEADER) -> None:
-        self.header = sequence_id_header
-        self._folded = sequence_id_header.lower()
-
-    def route(self, request: InferenceRequest) -> str:
+    def mark(self, request: InferenceRequest, *, started: bool) -> None:
+        """Set the id header (and, for a sequence opened now, the start header), replacing
+        any the client sent under those names."""
         sequence_id = request.sequence_id
         assert sequence_id is not None
-        if not any(name.lower() == self._folded for name, _value in request.headers):
-            request.headers.append((self.header, sequence_id))
-        return sequence_id
+        request.headers[:] = [
+            (name, value) for name, value in request.headers if name.lower() not in self._folded
+        ]
+        request.headers.append((self.id_header, sequence_id))
+        if started:
+            request.headers.append((self.start_header, "true"))

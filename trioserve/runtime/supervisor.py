@@ -48,6 +48,7 @@ from trioserve.runtime.batcher import Batcher
 from trioserve.runtime.connection import WorkerConnection
 from trioserve.runtime.jobs import Job, JobState
 from trioserve.runtime.launcher import Launcher, WorkerProcess, describe_exit
+from trioserve.runtime.sequence_batcher import SequenceBatcher
 
 log = logging.getLogger("trioserve.runtime.supervisor")
 
@@ -100,7 +101,7 @@ class WorkerSupervisor:
         worker_id: int,
         name: str,
         settings: WorkerSettings,
-        batcher: Batcher,
+        batcher: Batcher | SequenceBatcher,
         launcher: Launcher,
     ) -> None:
         self.id = worker_id
