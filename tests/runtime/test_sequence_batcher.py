@@ -1,0 +1,121 @@
+"""The stateful queue against fake workers: the dataplane opens sequences, requests of one
+sequence run in order on one worker, the end header closes, shutdown fails what is queued."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.messages import BatchReply, LoadSpec, Param, Reply, WorkItem
+from trioserve.core.model_settings import ModelSettings, SequenceSettings
+from trioserve.core.request import InferenceRequest
+from trioserve.runtime.dataplane import Dataplane
+from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.supervisor import WorkerSettings
+
+from .fakes import FakeLauncher, FakeProcess, OneModelManager
+
+SEEN: list[tuple[int | None, str, str]] = []  # (fake pid, sequence id, body), in run order
+
+
+async def answer(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
+    replies = []
+    for item in items:
+        headers = dict(item.headers)
+        body = bytes(item.params[0].value).decode()
+        SEEN.append((proc.pid, headers["ts_request_sequence_id"], body))
+        end = {"ts_request_sequence_end": headers["ts_request_sequence_id"]} if body == "0" else {}
+        start = headers.get("ts_request_sequence_start", "")
+        replies.append(Reply(item.request_id, f"{body}{start}".encode(), headers=end))
+    await trio.sleep(0.01)
+    await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
+
+
+def stateful_model(launcher: FakeLauncher, **sequence: int) -> ModelVersion:
+    settings = ModelSettings(
+        name="m", version="1.0", url="m.mar", handler="h.py", runtime="python",
+        batch_size=2, max_batch_delay=100, min_workers=2, max_workers=2,
+        response_timeout=30, startup_timeout=5, job_queue_size=10, loaded_at_startup=False,
+        sequence=SequenceSettings(
+            max_idle_msec=sequence.get("idle", 0), timeout_msec=0,
+            max_queue=sequence.get("queue", 10), max_sequences=sequence.get("sequences", 4),
+        ),
+    )  # fmt: skip
+    ids = itertools.count(9000)
+    pool = PoolSettings(
+        worker=WorkerSettings(
+            load=LoadSpec("m", "1.0", "/nonexistent", "h.py"), cwd=Path("/"),
+            response_timeout=30, startup_timeout=5, stop_grace=0.5, max_frame=1 << 20,
+        ),
+        next_worker_id=lambda: next(ids),
+    )  # fmt: skip
+    return ModelVersion(settings, pool, launcher)
+
+
+async def started(nursery: trio.Nursery, **sequence: int) -> tuple[Dataplane, ModelVersion]:
+    SEEN.clear()
+    model = stateful_model(FakeLauncher(behaviour=answer), **sequence)
+    await nursery.start(model.run)
+    await model.scale(2, 2)
+    await model.wait_settled()
+    return Dataplane(OneModelManager(model)), model  # type: ignore[arg-type]
+
+
+async def send(dataplane: Dataplane, body: str, sequence_id: str | None = None) -> tuple[str, str]:
+    request = InferenceRequest("m", None, [Param("data", body.encode())], sequence_id=sequence_id)
+    async with dataplane.submit(request) as call:
+        reply, _final = await call.next_reply()
+    assert call.sequence_id is not None
+    return call.sequence_id, bytes(reply.body).decode()
+
+
+async def test_sequences_run_in_order_on_one_worker_each() -> None:
+    async with trio.open_nursery() as nursery:
+        dataplane, _model = await started(nursery)
+        opened = [await send(dataplane, "first") for _ in range(3)]
+        assert all(body == "firsttrue" for _id, body in opened)  # the start header, once
+
+        async def rest(sequence_id: str) -> None:
+            for n in range(5):
+                assert (await send(dataplane, str(n + 1), sequence_id))[1] == str(n + 1)
+
+        async with trio.open_nursery() as clients:
+            for sequence_id, _body in opened:
+                clients.start_soon(rest, sequence_id)
+        for sequence_id, _body in opened:
+            runs = [(pid, body) for pid, sid, body in SEEN if sid == sequence_id]
+            assert [body for _pid, body in runs] == ["first", "1", "2", "3", "4", "5"]
+            assert len({pid for pid, _body in runs}) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_end_header_closes_and_a_closed_id_is_refused() -> None:
+    async with trio.open_nursery() as nursery:
+        dataplane, model = await started(nursery, sequences=1)
+        sequence_id, _ = await send(dataplane, "1")
+        with pytest.raises(ServeError) as full:
+            await send(dataplane, "1")  # a second sequence: over maxNumSequence
+        assert full.value.kind is ErrorKind.UNAVAILABLE and "maxNumSequence" in full.value.message
+        await send(dataplane, "0", sequence_id)  # the handler ends it
+        with pytest.raises(ServeError) as closed:
+            await send(dataplane, "2", sequence_id)
+        assert closed.value.kind is ErrorKind.BAD_INPUT and sequence_id in closed.value.message
+        assert (await send(dataplane, "3"))[1] == "3true"  # the slot is free again
+        assert model.queue.remaining_capacity == 10
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_sequence_expires() -> None:
+    async with trio.open_nursery() as nursery:
+        dataplane, _model = await started(nursery, idle=200)
+        sequence_id, _ = await send(dataplane, "1")
+        await trio.sleep(0.4)
+        with pytest.raises(ServeError) as late:
+            await send(dataplane, "2", sequence_id)
+        assert "idle" in late.value.message
+        nursery.cancel_scope.cancel()
