@@ -1,4 +1,4 @@
-"""``trioserve.demo.build_demo_store`` packs the three demo handlers into ``.mar`` files."""
+"""``trioserve.demo.build_demo_store`` packs the four demo handlers into ``.mar`` files."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ EXPECTED = {
         "configFile": "model-config.yaml",
     },
     "streaming": {"handler": "stream_handler.py"},
+    "stateful": {"handler": "stateful_handler.py", "configFile": "model-config.yaml"},
 }
 
 
@@ -30,12 +31,13 @@ def _manifest(archive: Path) -> dict[str, object]:
     return manifest
 
 
-def test_builds_the_three_archives(tmp_path: Path) -> None:
+def test_builds_the_four_archives(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    assert demo.build_demo_store(store) == ["echo", "classifier", "streaming"]
+    assert demo.build_demo_store(store) == ["echo", "classifier", "streaming", "stateful"]
     assert sorted(p.name for p in store.iterdir()) == [
         "classifier.mar",
         "echo.mar",
+        "stateful.mar",
         "streaming.mar",
     ]
     for name, fields in EXPECTED.items():
@@ -99,7 +101,7 @@ def test_existing_archives_are_kept_unless_forced(tmp_path: Path) -> None:
     demo.build_demo_store(tmp_path)
     echo = tmp_path / "echo.mar"
     echo.write_bytes(b"placeholder")
-    assert demo.build_demo_store(tmp_path) == ["echo", "classifier", "streaming"]
+    assert demo.build_demo_store(tmp_path) == ["echo", "classifier", "streaming", "stateful"]
     assert echo.read_bytes() == b"placeholder"
     demo.build_demo_store(tmp_path, force=True)
     assert _manifest(echo)["model"] == {

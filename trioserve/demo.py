@@ -1,4 +1,5 @@
-"""The bundled demo models: build ``echo.mar``, ``classifier.mar`` and ``streaming.mar``.
+"""The bundled demo models: build ``echo.mar``, ``classifier.mar``, ``streaming.mar`` and
+``stateful.mar``.
 
 The handlers live in the repository's ``handlers/`` folder (one folder per model, each with a
 README). :func:`build_demo_store` packs them into a model store with
@@ -19,7 +20,7 @@ from trioserve.archive import write_archive
 __all__ = ["DEMO_MODELS", "DEMO_VERSION", "build_demo_store", "handlers_dir"]
 
 DEMO_VERSION: Final = "1.0"
-DEMO_MODELS: Final = ("echo", "classifier", "streaming")
+DEMO_MODELS: Final = ("echo", "classifier", "streaming", "stateful")
 
 
 def handlers_dir() -> Path:
@@ -96,12 +97,24 @@ def _build_streaming(handlers: Path, store: Path, *, force: bool) -> None:
     )
 
 
+def _build_stateful(handlers: Path, store: Path, *, force: bool) -> None:
+    folder = handlers / "stateful"
+    write_archive(
+        model_name="stateful",
+        version=DEMO_VERSION,
+        handler=str(_require(folder / "stateful_handler.py")),
+        export_path=store,
+        config_file=_require(folder / "model-config.yaml"),
+        force=force,
+    )
+
+
 def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
     """Create the demo archives in ``store`` (created if missing); return the model names.
 
     An archive already in the store (``<name>.mar``) is kept as it is unless ``force`` is
     true, in which case it is rebuilt. The names come back in a fixed order:
-    ``["echo", "classifier", "streaming"]``.
+    ``["echo", "classifier", "streaming", "stateful"]``.
     """
     handlers = handlers_dir()
     store = Path(store)
@@ -110,6 +123,7 @@ def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
         "echo": _build_echo,
         "classifier": _build_classifier,
         "streaming": _build_streaming,
+        "stateful": _build_stateful,
     }
     for name in DEMO_MODELS:
         if not force and (store / f"{name}.mar").exists():

@@ -128,3 +128,27 @@ def test_echo_round_trips_json(demo_server: Server) -> None:
         '{"a": [1, 2]}',
     )
     assert json.loads(body) == {"a": [1, 2]}
+
+
+PLAIN = "Content-Type: text/plain"
+
+
+def test_stateful_sums_a_sequence_with_curl(demo_server: Server) -> None:
+    url = f"{demo_server.url}/predictions/stateful"
+    command = ["curl", "-sS", "--fail-with-body", "-D", "-", "-X", "POST", url, "-H", PLAIN]
+    first = subprocess.run(
+        [*command, "--data-binary", "2"], capture_output=True, timeout=60, check=True
+    ).stdout.decode()
+    head, _, body = first.partition("\r\n\r\n")
+    assert body == "2"
+    (line,) = [h for h in head.split("\r\n") if h.lower().startswith("ts_request_sequence_id:")]
+    sequence = line.split(":", 1)[1].strip()
+    header = f"ts_request_sequence_id: {sequence}"
+    for value, total in (("4", b"6"), ("6", b"12"), ("0", b"12")):
+        assert curl("-X", "POST", url, "-H", PLAIN, "-H", header, "--data-binary", value) == total
+    ended = subprocess.run(
+        ["curl", "-sS", "-X", "POST", url, "-H", PLAIN, "-H", header, "--data-binary", "1"],
+        capture_output=True,
+        timeout=60,
+    ).stdout
+    assert json.loads(ended)["code"] == 400
