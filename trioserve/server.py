@@ -137,6 +137,7 @@ def build_dataplane(
     sequences = SequenceHeaders(
         id_header=config.ts_header_key_sequence_id,
         start_header=config.ts_header_key_sequence_start,
+        end_header=config.ts_header_key_sequence_end,
     )
     return Dataplane(manager, metrics, sequences=sequences)
 

@@ -161,3 +161,27 @@ def test_describe_shows_the_sequence_settings(server: Server) -> None:
         4,
     )
     assert model["maxSequenceJobQueueSize"] == 10
+
+
+def test_grpc_sequence_end_key_closes_the_sequence(server: Server) -> None:
+    async def scenario() -> tuple[list[str], int, str]:
+        async with Client(
+            inference_port=server.grpc_inference_port,
+            inference_token=server.key("inference"),
+            timeout=30,
+        ) as grpc_client:
+            sums = []
+            last = {"data": b"2", "ts_request_sequence_end": b"true"}
+            first = [
+                prediction_request("stateful", {"data": b"5"}, sequence_id="g-1"),
+                prediction_request("stateful", last, sequence_id="g-1"),
+            ]
+            async for response in grpc_client.stream_predictions2(first):
+                sums.append(response.prediction.decode().split()[0])
+            again = [prediction_request("stateful", {"data": b"1"}, sequence_id="g-1")]
+            (refused,) = [r async for r in grpc_client.stream_predictions2(again)]
+            return sums, refused.status.code, refused.status.message
+
+    sums, code, message = asyncio.run(scenario())
+    assert sums == ["5", "7"]
+    assert code == 3 and '"g-1"' in message and "ended" in message  # INVALID_ARGUMENT

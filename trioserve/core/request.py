@@ -31,6 +31,8 @@ class InferenceRequest:
     deadline: float | None = None
     # The sequence the request belongs to (TorchServe's sequence id); None = none.
     sequence_id: str | None = None
+    # The client ends the sequence with this request (closed once it is answered).
+    ends_sequence: bool = False
 
     def work_item(self) -> WorkItem:
         return WorkItem(self.request_id, self.headers, self.params)

@@ -133,6 +133,9 @@ class InferenceRpcs:
                 params=handler_params(message.input),
                 deadline=context.deadline,
                 sequence_id=sequence_id,
+                # TorchServe's key: the client ends its sequence with this request.
+                ends_sequence=sequence_id is not None
+                and self._dataplane.sequences.end_header in message.input,
             )
         )
 

@@ -201,13 +201,19 @@ class SequenceBatcher:
         sequence_id = job.request.sequence_id
         assert sequence_id is not None
         self._policy.done(sequence_id, now)
+        if job.request.ends_sequence:
+            self._end(sequence_id, now)
         if reply is not None:
             for name, value in reply.headers.items():
                 if name.lower() == self._end_header:
                     for ended in filter(None, (part.strip() for part in value.split(";"))):
-                        for queued in self._policy.end(ended, now):
-                            self._queued -= 1
-                            queued.fail(sequence_closed(self._policy.closed_error(ended)))
+                        self._end(ended, now)
+
+    def _end(self, sequence_id: str, now: float) -> None:
+        """Close ``sequence_id``; requests of it still queued fail saying so."""
+        for queued in self._policy.end(sequence_id, now):
+            self._queued -= 1
+            queued.fail(sequence_closed(self._policy.closed_error(sequence_id)))
 
     def _apply(self, now: float) -> None:
         for decision in self._policy.poll(now):

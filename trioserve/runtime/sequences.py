@@ -15,6 +15,7 @@ from trioserve.core.request import InferenceRequest
 
 DEFAULT_SEQUENCE_ID_HEADER = "ts_request_sequence_id"
 DEFAULT_SEQUENCE_START_HEADER = "ts_request_sequence_start"
+DEFAULT_SEQUENCE_END_HEADER = "ts_request_sequence_end"
 
 
 class SequenceHeaders:
@@ -25,9 +26,11 @@ class SequenceHeaders:
         *,
         id_header: str = DEFAULT_SEQUENCE_ID_HEADER,
         start_header: str = DEFAULT_SEQUENCE_START_HEADER,
+        end_header: str = DEFAULT_SEQUENCE_END_HEADER,
     ) -> None:
         self.id_header = id_header
         self.start_header = start_header
+        self.end_header = end_header  # also the gRPC input key a client ends a sequence with
         self._folded = {id_header.lower(), start_header.lower()}
 
     def mark(self, request: InferenceRequest, *, started: bool) -> None:
