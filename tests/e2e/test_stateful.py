@@ -136,7 +136,7 @@ def test_a_worker_crash_fails_exactly_the_sequences_pinned_to_it(server: Server)
                 lost = http.post(
                     "/predictions/stateful", content=b"1", headers={HEADER: sequence_id}
                 )
-            assert lost.status_code == 400
+            assert lost.status_code == 400, lost.text
             assert "its worker failed" in lost.json()["message"], lost.text
         for pid, survivors in by_worker.items():
             if pid == victim_pid:

@@ -9,6 +9,7 @@ capacity, removes cancelled jobs, and fails queued jobs when the model goes away
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -30,7 +31,32 @@ class BatchTaker(Protocol):
         """Hand over a batch (the worker told the batcher it was idle)."""
 
 
-class Batcher:
+class DecisionLoop(abc.ABC):
+    """The trio task of a sans-IO queue policy: apply its decisions, sleep until its next
+    wake-up or until something changes (``_changed`` is set), again."""
+
+    _changed: trio.Event
+
+    @abc.abstractmethod
+    def _apply(self, now: float) -> None:
+        """Carry out the policy's decisions due at ``now``."""
+
+    @abc.abstractmethod
+    def _next_wakeup(self, now: float) -> float | None:
+        """When the policy next needs a pass without an event (None: not before one)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            now = trio.current_time()
+            self._apply(now)
+            wakeup = self._next_wakeup(now)
+            with trio.move_on_at(math.inf if wakeup is None else wakeup):
+                await self._changed.wait()
+            self._changed = trio.Event()
+
+
+class Batcher(DecisionLoop):
     def __init__(self, *, batch_size: int, max_delay: float, capacity: int) -> None:
         self._policy: BatchPolicy[Job, BatchTaker] = BatchPolicy(
             batch_size=batch_size, max_delay=max_delay, capacity=capacity
@@ -127,12 +153,5 @@ class Batcher:
             elif isinstance(decision, Dispatch):
                 decision.worker.assign(list(decision.items))
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            now = trio.current_time()
-            self._apply(now)
-            wakeup = self._policy.next_wakeup(now)
-            with trio.move_on_at(math.inf if wakeup is None else wakeup):
-                await self._changed.wait()
-            self._changed = trio.Event()
+    def _next_wakeup(self, now: float) -> float | None:
+        return self._policy.next_wakeup(now)

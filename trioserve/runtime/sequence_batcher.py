@@ -17,7 +17,6 @@ sequence still queued fail with a message naming the sequence and why it closed.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -36,6 +35,7 @@ from trioserve.core.sequence_decisions import (
     TooManySequences,
 )
 from trioserve.core.sequences import SequencePolicy
+from trioserve.runtime.batcher import DecisionLoop
 from trioserve.runtime.jobs import Job, JobState
 
 log = logging.getLogger("trioserve.runtime.sequence_batcher")
@@ -58,7 +58,7 @@ def sequence_closed(error: SequenceClosed) -> ServeError:
     return ServeError(ErrorKind.BAD_INPUT, str(error), reason="SequenceClosedException")
 
 
-class SequenceBatcher:
+class SequenceBatcher(DecisionLoop):
     def __init__(
         self,
         settings: SequenceSettings,
@@ -169,7 +169,12 @@ class SequenceBatcher:
     def requeue(self, worker: SequenceTaker, jobs: Sequence[Job]) -> None:
         """Requests dispatched to ``worker`` that never reached it. Their sequences are
         pinned to that worker, which is stopping or gone: they fail (their sequence's next
-        request may go), instead of running out of order elsewhere."""
+        request may go), instead of running out of order elsewhere; and their sequences close
+        now, before a client told of the failure can send the next request of one."""
+        if not jobs:
+            return
+        for expired in self._policy.worker_gone(worker, trio.current_time()):
+            self._fail_expired(expired)
         for job in jobs:
             if job.state is JobState.QUEUED:
                 job.fail(errors.worker_died("The worker stopped before this request reached it."))
@@ -226,12 +231,5 @@ class SequenceBatcher:
                     job.on_end = self._ended
                 decision.worker.assign(batch)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            now = trio.current_time()
-            self._apply(now)
-            wakeup = self._policy.next_wakeup(now)
-            with trio.move_on_at(math.inf if wakeup is None else wakeup):
-                await self._changed.wait()
-            self._changed = trio.Event()
+    def _next_wakeup(self, now: float) -> float | None:
+        return self._policy.next_wakeup(now)
