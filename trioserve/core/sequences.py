@@ -150,6 +150,10 @@ class SequencePolicy(Generic[T, W]):
     def is_open(self, sequence_id: str) -> bool:
         return sequence_id in self._open
 
+    def open_ids(self) -> list[str]:
+        """The ids of the open sequences, oldest first."""
+        return list(self._open)
+
     def pinned(self, worker: W) -> int:
         """How many open sequences are pinned to ``worker``."""
         return len(self._pins.get(worker, ()))

@@ -87,10 +87,11 @@ class Dataplane:
             model = self.manager.get(request.model, request.version)
             if metrics is not None:
                 metrics.request_received(request.model, request.version)
-            if isinstance(model.queue, SequenceBatcher):
+            stateful = model.queue if isinstance(model.queue, SequenceBatcher) else None
+            if stateful is not None:
                 # A stateful model: every request belongs to a sequence, opened when the
                 # request names none (or one never seen), joined when it names an open one.
-                request.sequence_id, started = model.queue.open(request.sequence_id or None)
+                request.sequence_id, started = stateful.open(request.sequence_id or None)
                 self.sequences.mark(request, started=started)
             elif request.sequence_id == "":
                 raise errors.bad_request("Parameter sequenceId is required.")
@@ -101,9 +102,7 @@ class Dataplane:
             if metrics is not None:
                 metrics.request_outcome(outcome_of_error(error))
             raise
-        call = Call(job, began, metrics, request.sequence_id)
-        call.stateful = isinstance(model.queue, SequenceBatcher)
-        return call
+        return Call(job, began, metrics, request.sequence_id, stateful=stateful is not None)
 
 
 class Call:
@@ -117,13 +116,15 @@ class Call:
         began: float,
         metrics: RequestMetrics | None,
         sequence_id: str | None = None,
+        *,
+        stateful: bool = False,
     ) -> None:
         self._job = job
         self._began = began
         self._metrics = metrics
         self._decided = False  # the response class is recorded
         self.sequence_id = sequence_id  # the sequence the replies belong to, if any
-        self.stateful = False  # the model keeps per-sequence state (sequence batching)
+        self.stateful = stateful  # the model keeps per-sequence state (sequence batching)
 
     @property
     def request(self) -> InferenceRequest:

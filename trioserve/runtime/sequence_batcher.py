@@ -80,7 +80,6 @@ class SequenceBatcher(DecisionLoop):
         self._changed = trio.Event()
         self._closed: ServeError | None = None
         self._queued = 0
-        self._ids: set[str] = set()  # ids opened here, pruned to the open ones now and then
 
     # -- what describe shows ---------------------------------------------------------------
 
@@ -112,10 +111,6 @@ class SequenceBatcher(DecisionLoop):
             raise sequence_closed(error) from None
         except TooManySequences as error:
             raise ServeError(ErrorKind.UNAVAILABLE, str(error), retry_after=1) from None
-        if opened[1]:
-            self._ids.add(opened[0])
-            if len(self._ids) > 2 * self.settings.max_sequences:
-                self._ids = {i for i in self._ids if self._policy.is_open(i)}
         self._changed.set()  # a new sequence's idle clock runs from now
         return opened
 
@@ -143,7 +138,7 @@ class SequenceBatcher(DecisionLoop):
     def close(self, error: ServeError) -> None:
         """Refuse new requests and fail every queued one with ``error``."""
         self._closed = error
-        for sequence_id in self._ids:
+        for sequence_id in self._policy.open_ids():
             for job in self._policy.end(sequence_id, trio.current_time()):
                 self._queued -= 1
                 job.fail(error)
