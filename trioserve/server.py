@@ -117,6 +117,7 @@ def manager_settings(
         load_time_sink=None if metrics is None else metrics.worker_loaded,
         sequence_id_header=config.ts_header_key_sequence_id,
         sequence_end_header=config.ts_header_key_sequence_end,
+        install_py_deps=config.install_py_dep_per_model,
     )
 
 

@@ -24,6 +24,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     archive(path, "batch", "control_handler.py", "-c", str(handlers / "batch-config.yaml"))
     archive(path, "tensor", "tensor_handler.py", "-c", str(handlers / "tensor-config.yaml"))
     archive(path, "stateful", "stateful_handler.py", "-c", str(handlers / "stateful-config.yaml"))
+    streaming_sums = str(REPO / "handlers" / "stateful_stream" / "stream_sum_handler.py")
+    archive(path, "streamsum", streaming_sums, "-c", str(handlers / "stream-config.yaml"))
+    archive(path, "streamsum1", streaming_sums, "-c", str(handlers / "stream1-config.yaml"))
     archive(path, "multi", "control_handler.py", version="1.0", file="multi-1.mar")
     archive(path, "multi", "control_handler.py", version="2.0", file="multi-2.mar")
     return path

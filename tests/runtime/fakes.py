@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,8 +78,13 @@ class FakeLauncher:
     load_code: int = 200
     processes: list[FakeProcess] = field(default_factory=list)
     batches: list[list[str]] = field(default_factory=list)
+    # each launch's python_path
+    python_paths: list[tuple[Path, ...]] = field(default_factory=list)
 
-    async def launch(self, name: str, cwd: Path, nursery: trio.Nursery) -> Launched:
+    async def launch(
+        self, name: str, cwd: Path, nursery: trio.Nursery, *, python_path: Sequence[Path] = ()
+    ) -> Launched:
+        self.python_paths.append(tuple(python_path))
         server_end, worker_end = trio.socket.socketpair()
         proc = FakeProcess()
         proc.stream = trio.SocketStream(worker_end)

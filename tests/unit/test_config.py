@@ -364,6 +364,18 @@ def test_models_cannot_come_from_env(tmp_path: Path) -> None:
     assert dict(load_text(tmp_path, "enable_envvars_config=true\n", env=env).models) == {}
 
 
+def test_install_py_dep_per_model_is_off_by_default_and_read_from_file_or_env(
+    tmp_path: Path,
+) -> None:
+    assert load_text(tmp_path, "").install_py_dep_per_model is False
+    assert load_text(tmp_path, "install_py_dep_per_model=true\n").install_py_dep_per_model
+    env = {"TS_INSTALL_PY_DEP_PER_MODEL": "true"}
+    assert not load_text(tmp_path, "", env=env).install_py_dep_per_model
+    assert load_text(tmp_path, "enable_envvars_config=true\n", env=env).install_py_dep_per_model
+    with pytest.raises(ConfigError, match="install_py_dep_per_model"):
+        load_text(tmp_path, "install_py_dep_per_model=maybe\n")
+
+
 def test_oip_env_applies_even_without_envvars_config(tmp_path: Path) -> None:
     assert load_text(
         tmp_path, "", env={"TS_OPEN_INFERENCE_PROTOCOL": "oip"}
@@ -648,7 +660,7 @@ def test_unknown_and_unused_keys_are_warned_once_and_listed(
 ) -> None:
     text = (
         "number_of_netty_threads=4\n"
-        "install_py_dep_per_model=true\n"
+        "ipex_enable=true\n"
         "my_custom_key=1\n"
         "vmargs=-Xmx4g\n"
         "number_of_netty_threads=8\n"
@@ -659,7 +671,7 @@ def test_unknown_and_unused_keys_are_warned_once_and_listed(
     assert cfg.job_queue_size == 3
     assert cfg.unknown_keys == (
         "number_of_netty_threads",
-        "install_py_dep_per_model",
+        "ipex_enable",
         "my_custom_key",
         "vmargs",
     )
@@ -688,7 +700,6 @@ UNUSED_TORCHSERVE_KEYS = (
     "use_native_io=true",
     "io_ratio=50",
     "prefer_direct_buffer=true",
-    "install_py_dep_per_model=false",
     "workflow_store=wf",
     "model_snapshot={}",
     "cpu_launcher_enable=false",
@@ -729,7 +740,8 @@ enable_envvars_config=false
     assert cfg.job_queue_size == 1000
     assert cfg.default_response_timeout == 300
     assert cfg.model_store == (tmp_path / "model_store").resolve()
-    assert cfg.unknown_keys == ("number_of_netty_threads", "install_py_dep_per_model")
+    assert cfg.unknown_keys == ("number_of_netty_threads",)
+    assert cfg.install_py_dep_per_model is True
     # the example's own grpc line is rejected with a clear message
     with pytest.raises(
         ConfigError, match=re.escape("grpc_inference_port: 'http://127.0.0.1:7070'")

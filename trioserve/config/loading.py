@@ -31,8 +31,8 @@ from. Without a port, the inference address uses 80 / 443, the management addres
 8444 and the metrics address 8082 / 8445 (http / https), as in TorchServe.
 
 Keys TorchServe defines but trioserve does not use (thread counts, GPU count, worker
-ports, TLS key stores, JVM and Intel launcher options, per-model pip installs, snapshots,
-workflow store, metric collector settings, ...) and keys nobody knows are ignored with
+ports, TLS key stores, JVM and Intel launcher options, snapshots, workflow store, metric
+collector settings, ...) and keys nobody knows are ignored with
 one warning each and listed in :attr:`ServerConfig.unknown_keys`, so existing TorchServe
 config files keep loading.
 """
@@ -97,6 +97,7 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "ts_header_key_sequence_end": ("TS_HEADER_KEY_SEQUENCE_END",),
     "models": (),
     "ts_open_inference_protocol": ("TS_OPEN_INFERENCE_PROTOCOL",),
+    "install_py_dep_per_model": ("TS_INSTALL_PY_DEP_PER_MODEL",),
     "shutdown_grace_seconds": ("TS_SHUTDOWN_GRACE_SECONDS",),
     "worker_stop_grace_seconds": ("TS_WORKER_STOP_GRACE_SECONDS",),
     "key_file": ("TS_KEY_FILE",),
@@ -121,7 +122,6 @@ TORCHSERVE_UNUSED_KEYS: Final = frozenset(
         "grpc_management_max_connection_age_ms",
         "initial_distribution_port",
         "initial_worker_port",
-        "install_py_dep_per_model",
         "io_ratio",
         "ipex_enable",
         "ipex_gpu_enable",
@@ -292,6 +292,7 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         ),
         models=v.models_json(),
         ts_open_inference_protocol=v.boolean("ts_open_inference_protocol", False),
+        install_py_dep_per_model=v.boolean("install_py_dep_per_model", False),
         shutdown_grace_seconds=v.number("shutdown_grace_seconds", 30.0, minimum=0, positive=False),
         worker_stop_grace_seconds=v.number(
             "worker_stop_grace_seconds", 5.0, minimum=0, positive=False

@@ -108,6 +108,8 @@ class ServerConfig:
     #: parsed JSON of the ``models`` key: {name: {version: {minWorkers: ..., ...}}}
     models: Mapping[str, Any] = field(default_factory=no_models, hash=False)
     ts_open_inference_protocol: bool = False
+    #: pip-install each archive's requirements file for its own workers
+    install_py_dep_per_model: bool = False
     # trioserve-only
     shutdown_grace_seconds: float = 30.0
     max_workers_per_model: int = 0

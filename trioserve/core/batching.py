@@ -9,6 +9,7 @@ events and a time ``now`` (``trio.current_time()``), and acts on the decisions i
     policy.worker_idle(w) / worker_busy(w) / worker_gone(w)
     policy.worker_prefetch(w)              # busy w takes one more batch behind, if full
     policy.requeue(w, jobs)                # a dispatched batch never reached its worker
+    policy.take(w, room, now)              # continuous batching: up to room items, at once
 
     for decision in policy.poll(now):      # after every event, and at every wake-up
         Dispatch(worker, items, reason)    # send these items, in this order, as one batch
@@ -290,6 +291,26 @@ class BatchPolicy(Generic[T, W]):
         for entry in chosen:
             if entry.deadline is not None:
                 self._push_deadline(entry, entry.deadline)
+
+    def take(self, worker: W, room: int, now: float) -> list[T]:
+        """Continuous batching: ``worker`` runs a batch with ``room`` free slots and starts
+        its next step now; it takes up to ``room`` of the oldest queued items at once (no
+        window: the running batch must not wait), and is busy with them (``requeue`` puts
+        them back if the step never reaches it). Items past their deadline are left for
+        ``poll`` to expire. ``[]`` when nothing is queued or ``room`` is 0."""
+        self._advance(now)
+        if isinstance(room, bool) or not isinstance(room, int) or room < 0:
+            raise ValueError(f"room must be an integer >= 0, not {room!r}")
+        self._expire_due(now)
+        self._idle.pop(worker, None)
+        self._prefetch.pop(worker, None)
+        self._busy.add(worker)
+        size = min(room, self._batch_size, len(self._queue))
+        if not size:
+            return []
+        entries = [self._queue.popitem(last=False)[1] for _ in range(size)]
+        self._inflight[worker] = entries
+        return [entry.item for entry in entries]
 
     def drain(self) -> list[T]:
         """Remove and return every item not yet dispatched or reported (e.g. at shutdown),

@@ -12,6 +12,7 @@ and reads the frames and calls it::
     inflight.running                     # the batch the process runs, and since when
     inflight.abandon()                   # the process is going away: batches to queue again
     inflight.fail_all(error)             # ... and the jobs of the running batch fail
+    inflight.take_continuing()           # continuous batching: the jobs for the next step
 
 The rules
 ---------
@@ -35,6 +36,16 @@ The rules
   jobs stay in flight after ``abandon`` until ``fail_all``: answers that arrive meanwhile are
   dropped, the jobs fail with the process's error.
 
+Continuous batching (``continuous=True``, TorchServe's ``continuousBatching``): a batch is one
+*step* of a running batch. A final reply item whose headers say ``ts_stream_next: true``
+(the handler's stopping criterion answered False) is delivered as an intermediate answer and
+its job stays in flight, *continuing*: :meth:`InFlight.take_continuing` hands the continuing
+jobs still wanted to the supervisor, which sends them again at the head of the next step
+(``send(jobs, resumed=continuing)``; the worker gets them without parameters, as
+TorchServe's "cached in backend" requests). ``ts_stream_next: false`` or no such header ends
+the job. The header is the worker's and is removed from what the job receives. A client
+that goes away between steps takes its job out of flight, so it is not resumed.
+
 Jobs are any objects with the worker-facing half of ``runtime.jobs.Job``
 (:class:`InFlightJob`).
 """
@@ -42,7 +53,8 @@ Jobs are any objects with the worker-facing half of ``runtime.jobs.Job``
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Generic, Protocol, Self, TypeVar
 
@@ -50,7 +62,10 @@ from trioserve.core import errors
 from trioserve.core.errors import ServeError
 from trioserve.core.messages import BatchReply, Reply
 
-__all__ = ["InFlight", "InFlightJob", "SentBatch"]
+__all__ = ["STREAM_NEXT_HEADER", "InFlight", "InFlightJob", "SentBatch"]
+
+# Set by the worker on a continuous-batching step's reply item: "true" = more steps follow.
+STREAM_NEXT_HEADER = "ts_stream_next"
 
 
 class InFlightJob(Protocol):
@@ -82,6 +97,7 @@ class SentBatch(Generic[J]):
     batch_id: int
     jobs: list[J]
     started: float  # when it started running (or was sent, while it waits behind another)
+    resumed: int = 0  # continuous batching: the first ``resumed`` jobs continue a stream
 
 
 def _mismatch() -> ServeError:
@@ -91,12 +107,31 @@ def _mismatch() -> ServeError:
 class InFlight(Generic[J]):
     """The batches and jobs one worker process was sent and has not answered yet."""
 
-    __slots__ = ("_batch_id", "_batches", "_cancel", "_clock", "_jobs", "_on_cancel")
+    __slots__ = (
+        "_batch_id",
+        "_batches",
+        "_cancel",
+        "_clock",
+        "_continuing",
+        "_continuous",
+        "_jobs",
+        "_on_cancel",
+    )
 
-    def __init__(self, *, on_cancel: Callable[[str], None], clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        on_cancel: Callable[[str], None],
+        clock: Callable[[], float],
+        continuous: bool = False,
+    ) -> None:
         """``on_cancel(request_id)``: a job in flight was cancelled by its client (the
-        process should be told); ``clock``: the time ``started`` is read from."""
+        process should be told); ``clock``: the time ``started`` is read from;
+        ``continuous``: each batch is a step of a continuous batch (see the module)."""
         self._on_cancel = on_cancel
+        self._continuous = continuous
+        # Continuous batching: jobs answered "more to come" by the last step, in step order.
+        self._continuing: list[J] = []
         self._clock = clock
         self._jobs: dict[str, J] = {}
         # In the order sent: the first runs; any behind it has not started.
@@ -120,28 +155,46 @@ class InFlight(Generic[J]):
         """How many jobs are in flight."""
         return len(self._jobs)
 
+    @property
+    def has_continuing(self) -> bool:
+        """Whether a job answered "more to come" by the last step is still wanted."""
+        table = self._jobs
+        return any(table.get(job.request_id) is job for job in self._continuing)
+
     # -- events ------------------------------------------------------------------------
 
-    def send(self, jobs: list[J]) -> int:
+    def send(self, jobs: list[J], *, resumed: Sequence[J] = ()) -> int:
         """``jobs`` are about to be written to the process as one batch: they start and are
         in flight from now (listed before the write, whose answer may be read before the
-        write returns). Returns the batch's id."""
+        write returns). ``resumed``: continuing jobs (from :meth:`take_continuing`), already
+        in flight, that go first in the batch. Returns the batch's id."""
         on_cancel = self._cancel
         table = self._jobs
         for job in jobs:
             job.start(on_cancel)
             table[job.request_id] = job
         self._batch_id += 1
-        self._batches.append(SentBatch(self._batch_id, jobs, self._clock()))
+        batch = [*resumed, *jobs] if resumed else jobs
+        self._batches.append(SentBatch(self._batch_id, batch, self._clock(), len(resumed)))
         return self._batch_id
+
+    def take_continuing(self) -> list[J]:
+        """Continuous batching: the jobs the last step answered "more to come" and still in
+        flight (their clients are still there), in order, for the next step; forgotten here."""
+        table = self._jobs
+        wanted = [job for job in self._continuing if table.get(job.request_id) is job]
+        self._continuing = []
+        return wanted
 
     def unsend(self, batch_id: int) -> list[J]:
         """Batch ``batch_id`` never reached the process (its write failed): it is forgotten,
-        and its jobs still in flight come back un-started, in order, to be queued again."""
+        and its jobs still in flight come back un-started, in order, to be queued again
+        (resumed jobs excepted: their stream lives in the process; they stay in flight, for
+        :meth:`fail_all`)."""
         for sent in self._batches:
             if sent.batch_id == batch_id:
                 self._batches.remove(sent)
-                return self._take_back(sent.jobs)
+                return self._take_back(sent.jobs[sent.resumed :])
         return []
 
     def reply(self, reply: BatchReply) -> bool:
@@ -158,15 +211,23 @@ class InFlight(Generic[J]):
             return True
         final = reply.final
         table = self._jobs
+        continuing: set[str] = set()
         for item in reply.replies:
             job = table.get(item.request_id)
+            more = False
+            if final and self._continuous:
+                more = item.headers.pop(STREAM_NEXT_HEADER, None) == "true"
             if job is not None:
-                job.deliver(item, final=final)
-            if final:
+                job.deliver(item, final=final and not more)
+                if more:
+                    continuing.add(item.request_id)
+                    self._continuing.append(job)
+            if final and not more:
                 table.pop(item.request_id, None)
         if final:
-            # Every job answered is out of flight; any job left had no answer in the batch.
-            self._end(sent, None)
+            # Every job answered is out of flight (continuing ones excepted); any job left
+            # had no answer in the batch.
+            self._end(sent, None, keep=continuing)
             return True
         return False
 
@@ -177,12 +238,14 @@ class InFlight(Generic[J]):
         :meth:`fail_all`."""
         behind = list(self._batches)[1:]
         self._batches.clear()
+        self._continuing = []
         return [self._take_back(sent.jobs) for sent in behind]
 
     def fail_all(self, error: ServeError) -> None:
         """Every job in flight fails with ``error``."""
         jobs = list(self._jobs.values())
         self._jobs.clear()
+        self._continuing = []
         for job in jobs:
             job.fail(error)
 
@@ -200,11 +263,16 @@ class InFlight(Generic[J]):
             job.unstart()
         return back
 
-    def _end(self, sent: SentBatch[J], error: ServeError | None) -> None:
-        """``sent`` ended: its jobs still in flight fail with ``error`` (None: the reply
-        count mismatch), and the batch behind it (if any) runs from now."""
+    def _end(
+        self, sent: SentBatch[J], error: ServeError | None, *, keep: AbstractSet[str] = frozenset()
+    ) -> None:
+        """``sent`` ended: its jobs still in flight (but those in ``keep``, continuing) fail
+        with ``error`` (None: the reply count mismatch), and the batch behind it (if any)
+        runs from now."""
         table = self._jobs
         for job in sent.jobs:
+            if job.request_id in keep:
+                continue
             if table.pop(job.request_id, None) is not None:
                 if error is None:
                     error = _mismatch()

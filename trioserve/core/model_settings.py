@@ -49,6 +49,7 @@ class YamlSettings:
     sequence_timeout_msec: int | None = None
     max_sequence_job_queue_size: int | None = None
     max_num_sequence: int | None = None
+    continuous_batching: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,7 @@ class ModelSettings:
     job_queue_size: int
     loaded_at_startup: bool
     sequence: SequenceSettings | None = None  # set for a stateful model
+    continuous_batching: bool = False  # model-config continuousBatching
 
 
 def sequence_settings(
@@ -189,4 +191,5 @@ def decide(
         job_queue_size=max(1, job_queue_size),
         loaded_at_startup=options.loaded_at_startup,
         sequence=sequence_settings(yaml, max(1, batch_size), max_workers),
+        continuous_batching=bool(yaml.continuous_batching),
     )

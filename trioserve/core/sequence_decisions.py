@@ -175,7 +175,8 @@ class SequenceState(Generic[T, W]):
     opened: float
     idle_since: float | None = None  # nothing queued nor in flight since; None while busy
     queue: deque[T] = field(default_factory=deque)
-    in_flight: bool = False
+    in_flight: bool = False  # a request dispatched, not yet answered
+    streaming: int = 0  # continuous batching: requests answered "more to come", not ended
     worker: W | None = None  # pinned at its first dispatch
     closed: CloseReason | None = None
 

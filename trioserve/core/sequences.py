@@ -9,9 +9,12 @@ reads no clock and does no I/O: the driver (a trio task per model version) passe
     policy.submit(sequence_id, item, now)  # SequenceClosed, SequenceQueueFull
     policy.cancel(item)                    # the client went away; True if it was queued
     policy.done(sequence_id, now)          # its request in flight was answered
+    policy.park(sequence_id, now)          # ... "more to come" (continuous batching)
+    policy.stream_done(sequence_id, now)   # a parked request ended
     policy.end(sequence_id, now)           # -> queued items to fail; the sequence is closed
     policy.worker_idle(w, now) / worker_busy(w, now)
     policy.worker_gone(w, now)             # -> [Expired] of the sequences pinned to w
+    policy.take(w, room, now)              # continuous batching: a step's new requests
 
     for decision in policy.poll(now):      # after every event, and at every wake-up
         Expired(sequence_id, items, message, reason)  # closed on its own: fail the items
@@ -32,6 +35,12 @@ The rules
   (maxSequenceJobQueueSize, else :class:`SequenceQueueFull`) and at most one request in
   flight, the next waiting for ``done``: its requests run strictly in order, never two in a
   batch.
+* Continuous batching: a request whose step was answered "more to come" stays in the
+  worker's running batch; :meth:`SequencePolicy.park` then lets the sequence's next request
+  go (TorchServe's example sends ``-1`` to cancel a stream that is still running: it must
+  reach the same running batch), and the sequence is not idle until every parked request of
+  it has ended (:meth:`SequencePolicy.stream_done`). Between steps, :meth:`SequencePolicy.take`
+  fills the running batch's free slots at once from the ready sequences (no waiting).
 * A sequence is pinned to one worker for its life (its state lives there): at its first
   dispatch, to the known worker with the fewest pinned open sequences (ties: an idle worker
   with room in this poll, then the one idle first). It waits for a busy least-loaded worker
@@ -231,7 +240,7 @@ class SequencePolicy(Generic[T, W]):
         seq.queue.remove(item)
         if seq.closed is None and not seq.queue:
             self._ready.pop(seq.id, None)
-            if not seq.in_flight:
+            if not seq.in_flight and not seq.streaming:
                 self._become_idle(seq, self._now)
         return True
 
@@ -247,7 +256,36 @@ class SequencePolicy(Generic[T, W]):
         seq.in_flight = False
         if seq.queue:
             self._ready[seq.id] = seq
-        else:
+        elif not seq.streaming:
+            self._become_idle(seq, now)
+
+    def park(self, sequence_id: str, now: float) -> None:
+        """Continuous batching: the request of ``sequence_id`` in flight was answered "more to
+        come" and stays in its worker's running batch. The sequence's next request may go;
+        the sequence is not idle until :meth:`stream_done`. Ignored once it is closed;
+        ``ValueError`` if it has nothing in flight."""
+        self._advance(now)
+        seq = self._open.get(sequence_id)
+        if seq is None:
+            return
+        if not seq.in_flight:
+            raise ValueError(f"sequence {sequence_id!r} has no request in flight")
+        seq.in_flight = False
+        seq.streaming += 1
+        if seq.queue:
+            self._ready[seq.id] = seq
+
+    def stream_done(self, sequence_id: str, now: float) -> None:
+        """A parked request of ``sequence_id`` ended (its last answer, a failure, or its
+        client left). Ignored once it is closed; ``ValueError`` if none is parked."""
+        self._advance(now)
+        seq = self._open.get(sequence_id)
+        if seq is None:
+            return
+        if not seq.streaming:
+            raise ValueError(f"sequence {sequence_id!r} has no parked request")
+        seq.streaming -= 1
+        if not seq.streaming and not seq.in_flight and not seq.queue:
             self._become_idle(seq, now)
 
     def end(self, sequence_id: str, now: float) -> list[T]:
@@ -297,27 +335,27 @@ class SequencePolicy(Generic[T, W]):
         self._advance(now)
         decisions: list[Decision[T, W]] = [self._expired(seq) for seq in self._pending]
         self._pending.clear()
-        for worker, batch in self._plan().items():
+        for worker, batch in self._plan(self._idle_rooms()).items():
             del self._idle[worker]
-            pins = self._pins[worker]
-            items: list[T] = []
-            for seq in batch:
-                if seq.worker is None:
-                    seq.worker = worker
-                    pins[seq.id] = seq
-                item = seq.queue.popleft()
-                del self._where[item]
-                del self._ready[seq.id]
-                seq.in_flight = True
-                items.append(item)
-            decisions.append(Dispatch(worker, tuple(items), tuple(seq.id for seq in batch)))
+            decisions.append(self._dispatch(worker, batch))
         return decisions
+
+    def take(self, worker: W, room: int, now: float) -> Dispatch[T, W] | None:
+        """Continuous batching: ``worker`` starts the next step of its running batch now and
+        has ``room`` free slots. It takes at once (no waiting) what an idle worker with that
+        much room would get, and is busy. None when nothing is ready for it; expiries found
+        meanwhile are left for :meth:`poll`."""
+        self.worker_busy(worker, now)
+        if isinstance(room, bool) or not isinstance(room, int) or room < 0:
+            raise ValueError(f"room must be an integer >= 0, not {room!r}")
+        batch = self._plan({worker: room}).get(worker) if room else None
+        return self._dispatch(worker, batch) if batch else None
 
     def next_wakeup(self, now: float) -> float | None:
         """When to call :meth:`poll` if no event comes first: ``now`` when something is due
         already, else the next expiry, ``None`` when nothing will be due until an event."""
         self._advance(now)
-        if self._pending or self._plan():
+        if self._pending or self._plan(self._idle_rooms()):
             return now
         return self._timers.next_due()
 
@@ -334,18 +372,24 @@ class SequencePolicy(Generic[T, W]):
             self._close(seq, CloseReason.LIFETIME if kind == _LIFETIME else CloseReason.IDLE)
             self._pending.append(seq)
 
-    def _plan(self) -> dict[W, list[SequenceState[T, W]]]:
-        """The batch each idle worker would get now (empty ones left out); changes nothing."""
-        room: dict[W, list[SequenceState[T, W]]] = {worker: [] for worker in self._idle}
+    def _idle_rooms(self) -> dict[W, int]:
+        """Each idle worker, with room for a whole batch."""
+        return dict.fromkeys(self._idle, self._batch_size)
+
+    def _plan(self, rooms: dict[W, int]) -> dict[W, list[SequenceState[T, W]]]:
+        """The batch each worker of ``rooms`` (worker -> free slots) would get now (empty
+        ones left out); changes nothing."""
+        room: dict[W, list[SequenceState[T, W]]] = {worker: [] for worker in rooms}
         if not room or not self._ready:
             return {}
         added: dict[W, int] = {}  # sequences this plan pins to each worker
-        batch_size = self._batch_size
-        unfilled = len(room)
+        unfilled = sum(1 for size in rooms.values() if size > 0)
+        if not unfilled:
+            return {}
 
         def load(worker: W) -> tuple[int, bool, int]:
             batch = room.get(worker)
-            full = batch is None or len(batch) >= batch_size
+            full = batch is None or len(batch) >= rooms[worker]
             return len(self._pins[worker]) + added.get(worker, 0), full, self._stamp[worker]
 
         for seq in self._ready.values():
@@ -353,16 +397,31 @@ class SequencePolicy(Generic[T, W]):
             if worker is None:
                 worker = min(self._pins, key=load)
             batch = room.get(worker)
-            if batch is None or len(batch) >= batch_size:
+            if batch is None or len(batch) >= rooms[worker]:
                 continue
             batch.append(seq)
             if seq.worker is None:
                 added[worker] = added.get(worker, 0) + 1
-            if len(batch) == batch_size:
+            if len(batch) == rooms[worker]:
                 unfilled -= 1
                 if not unfilled:
                     break
         return {worker: batch for worker, batch in room.items() if batch}
+
+    def _dispatch(self, worker: W, batch: list[SequenceState[T, W]]) -> Dispatch[T, W]:
+        """Send the head of each sequence of ``batch`` to ``worker`` (pinning new ones)."""
+        pins = self._pins[worker]
+        items: list[T] = []
+        for seq in batch:
+            if seq.worker is None:
+                seq.worker = worker
+                pins[seq.id] = seq
+            item = seq.queue.popleft()
+            del self._where[item]
+            del self._ready[seq.id]
+            seq.in_flight = True
+            items.append(item)
+        return Dispatch(worker, tuple(items), tuple(seq.id for seq in batch))
 
     def _become_idle(self, seq: SequenceState[T, W], now: float) -> None:
         seq.idle_since = now

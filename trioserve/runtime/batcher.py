@@ -120,6 +120,18 @@ class Batcher(DecisionLoop):
         if self._policy.has_work:
             self._apply(trio.current_time())
 
+    def take_now(self, worker: BatchTaker, room: int) -> None:
+        """Continuous batching: ``worker`` starts the next step of its running batch now, with
+        ``room`` free slots; what is queued (up to ``room``) is assigned to it before this
+        returns, without waiting for a window. The worker is busy afterwards."""
+        items = self._policy.take(worker, room, trio.current_time())
+        if items:
+            worker.assign(items)
+
+    def park(self, jobs: Sequence[Job]) -> None:
+        """Continuous batching: ``jobs`` go on in the next step. Nothing to do for a stateless
+        queue (see :meth:`SequenceBatcher.park`)."""
+
     def _wake_if_work(self) -> None:
         # With nothing queued, a worker's offer changes no decision: the task sleeps on
         # (one scheduler pass saved per offer; at one request at a time, two per request).

@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -44,9 +44,30 @@ class Launched:
 
 
 class Launcher(Protocol):
-    async def launch(self, name: str, cwd: Path, nursery: trio.Nursery) -> Launched:
-        """Start one worker. Helper tasks (output pumps) go in ``nursery``."""
+    async def launch(
+        self, name: str, cwd: Path, nursery: trio.Nursery, *, python_path: Sequence[Path] = ()
+    ) -> Launched:
+        """Start one worker. Helper tasks (output pumps) go in ``nursery``.
+
+        ``python_path``: directories the worker imports from after ``cwd`` and before
+        anything else (a model's own dependencies, ``install_py_dep_per_model``).
+        """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class WithPythonPath:
+    """A launcher whose workers also import from ``paths``: the one a model version gets
+    when it has dependencies of its own."""
+
+    inner: Launcher
+    paths: tuple[Path, ...]
+
+    async def launch(
+        self, name: str, cwd: Path, nursery: trio.Nursery, *, python_path: Sequence[Path] = ()
+    ) -> Launched:
+        paths = (*self.paths, *python_path)
+        return await self.inner.launch(name, cwd, nursery, python_path=paths)
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -79,12 +100,14 @@ class SubprocessLauncher:
         self._env = dict(env)
         self._python = python
 
-    async def launch(self, name: str, cwd: Path, nursery: trio.Nursery) -> Launched:
+    async def launch(
+        self, name: str, cwd: Path, nursery: trio.Nursery, *, python_path: Sequence[Path] = ()
+    ) -> Launched:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             env = dict(self._env)
             env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(cwd), env.get("PYTHONPATH", "")) if p
+                p for p in (str(cwd), *map(str, python_path), env.get("PYTHONPATH", "")) if p
             )
             env["TRIOSERVE_WORKER_NAME"] = name
             process = await trio.lowlevel.open_process(

@@ -147,7 +147,7 @@ def describe_model(model: ModelVersion) -> dict[str, Any]:
         "parallelType": "",
         "parallelLevel": 0,
         "deviceType": "cpu",
-        "continuousBatching": False,
+        "continuousBatching": s.continuous_batching,
         "useJobTicket": False,
         "useVenv": False,
         "stateful": s.sequence is not None,

@@ -187,6 +187,7 @@ class ModelManager:
                 sequence_timeout_msec=cfg.sequence_timeout_msec,
                 max_sequence_job_queue_size=cfg.max_sequence_job_queue_size,
                 max_num_sequence=cfg.max_num_sequence,
+                continuous_batching=cfg.continuous_batching,
             ),
             defaults=self.settings.defaults,
         )
@@ -218,6 +219,11 @@ class ModelManager:
             tensors = parse_tensor_inputs(loaded.config.raw.get("tensorInputs"))
         except TensorSpecError as exc:
             raise errors.bad_request(f"model-config.yaml of {settings.name}: {exc}") from None
+        if tensors and settings.continuous_batching:
+            raise errors.bad_request(
+                f"model-config.yaml of {settings.name}: continuousBatching cannot be combined "
+                "with tensorInputs (a running batch's requests are not collated again)."
+            )
         sink = self.settings.metrics_sink
         on_metrics = (
             None if sink is None else functools.partial(sink, settings.name, settings.version)
@@ -236,7 +242,8 @@ class ModelManager:
             # Batching models keep their worker fed with a full batch behind the running one;
             # one-request models keep TorchServe's one-at-a-time (a queued request stays
             # queued, free to go to whichever worker is idle first).
-            prefetch=settings.batch_size > 1,
+            prefetch=settings.batch_size > 1 and not settings.continuous_batching,
+            continuous=settings.continuous_batching,
         )
         return PoolSettings(
             worker=worker,

@@ -8,7 +8,10 @@ in flight, and a batch takes at most one request per sequence. The dataplane ope
 a sequence with :meth:`SequenceBatcher.open` before it queues a request with :meth:`put`.
 
 A request's end (its final answer, its failure, its cancellation) lets its sequence's next
-request go; a final answer that carries the sequence-end header
+request go, and so does, with continuous batching, a step that answered it "more to come"
+(:meth:`SequenceBatcher.park`: the request stays in the worker's running batch, and the
+sequence's next request may join that batch at the next step,
+:meth:`SequenceBatcher.take_now`); a final answer that carries the sequence-end header
 (``ts_request_sequence_end: <id>[;<id>...]``) closes those sequences. Idle and lifetime
 limits are trio deadlines: the task wakes at the policy's next expiry. Requests of a closed
 sequence still queued fail with a message naming the sequence and why it closed.
@@ -80,6 +83,8 @@ class SequenceBatcher(DecisionLoop):
         self._changed = trio.Event()
         self._closed: ServeError | None = None
         self._queued = 0
+        # Continuous batching: dispatched jobs answered "more to come" that have not ended.
+        self._parked: set[Job] = set()
 
     # -- what describe shows ---------------------------------------------------------------
 
@@ -156,6 +161,32 @@ class SequenceBatcher(DecisionLoop):
     def offer_behind_now(self, worker: SequenceTaker) -> None:
         """See :meth:`worker_prefetch`."""
 
+    def take_now(self, worker: SequenceTaker, room: int) -> None:
+        """Continuous batching: ``worker`` starts the next step of its running batch now, with
+        ``room`` free slots; the ready heads of its sequences (up to ``room``) are assigned
+        to it before this returns. The worker is busy afterwards."""
+        decision = self._policy.take(worker, room, trio.current_time())
+        if decision is not None:
+            self._send(decision)
+        self._changed.set()  # expiries found meanwhile are the task's
+
+    def park(self, jobs: Sequence[Job]) -> None:
+        """Continuous batching: ``jobs`` were answered "more to come" and go on in their
+        worker's next step; each one's sequence may send its next request now."""
+        now = trio.current_time()
+        for job in jobs:
+            if job in self._parked or job.state is not JobState.RUNNING:
+                continue
+            sequence_id = job.request.sequence_id
+            assert sequence_id is not None
+            self._parked.add(job)
+            try:
+                self._policy.park(sequence_id, now)
+            except Exception:
+                log.exception("sequence bookkeeping failed for request %s", job.request_id)
+                self._policy.end(sequence_id, now)
+        self._changed.set()
+
     def worker_gone(self, worker: SequenceTaker) -> None:
         for expired in self._policy.worker_gone(worker, trio.current_time()):
             self._fail_expired(expired)
@@ -200,7 +231,11 @@ class SequenceBatcher(DecisionLoop):
         now = trio.current_time()
         sequence_id = job.request.sequence_id
         assert sequence_id is not None
-        self._policy.done(sequence_id, now)
+        if job in self._parked:
+            self._parked.discard(job)
+            self._policy.stream_done(sequence_id, now)
+        else:
+            self._policy.done(sequence_id, now)
         if job.request.ends_sequence:
             self._end(sequence_id, now)
         if reply is not None:
@@ -220,11 +255,14 @@ class SequenceBatcher(DecisionLoop):
             if isinstance(decision, Expired):
                 self._fail_expired(decision)
             elif isinstance(decision, Dispatch):
-                batch = list(decision.items)
-                self._queued -= len(batch)
-                for job in batch:
-                    job.on_end = self._ended
-                decision.worker.assign(batch)
+                self._send(decision)
+
+    def _send(self, decision: Dispatch[Job, SequenceTaker]) -> None:
+        batch = list(decision.items)
+        self._queued -= len(batch)
+        for job in batch:
+            job.on_end = self._ended
+        decision.worker.assign(batch)
 
     def _next_wakeup(self, now: float) -> float | None:
         return self._policy.next_wakeup(now)

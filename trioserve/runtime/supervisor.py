@@ -39,6 +39,7 @@ from trioserve.core.frames import Frame, FrameError, Kind, encode
 from trioserve.core.inflight import InFlight
 from trioserve.core.messages import (
     LoadSpec,
+    WorkItem,
     decode_reply,
     encode_batch,
     encode_cancel,
@@ -66,6 +67,15 @@ def default_batch_frame(batch_id: int, jobs: list[Job]) -> bytes:
     return encode_batch(batch_id, [job.request.work_item() for job in jobs])
 
 
+def step_frame(batch_id: int, resumed: list[Job], jobs: list[Job]) -> bytes:
+    """A continuous-batching step: the requests that go on first, with their headers but no
+    parameters (the handler keeps what it needs of them: TorchServe's "cached in backend"
+    requests), then the new requests whole."""
+    items = [WorkItem(job.request_id, job.request.headers, []) for job in resumed]
+    items.extend(job.request.work_item() for job in jobs)
+    return encode_batch(batch_id, items)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     load: LoadSpec
@@ -81,6 +91,9 @@ class WorkerSettings:
     frame_builder: Callable[[int, list[Job]], bytes | bytearray] = default_batch_frame
     # Send a full batch behind the running one (see BatchPolicy.worker_prefetch).
     prefetch: bool = False
+    # Continuous batching (model-config ``continuousBatching``): each batch is one step of a
+    # running batch; requests answered "more to come" go on in the next step.
+    continuous: bool = False
 
 
 class WorkerFailure(Exception):
@@ -125,7 +138,9 @@ class WorkerSupervisor:
         # runs; one behind it (a full batch the process starts as soon as the running one
         # ends) has not started, so a failure requeues it.
         self._inflight: InFlight[Job] = InFlight(
-            on_cancel=self._cancel_send.send_nowait, clock=trio.current_time
+            on_cancel=self._cancel_send.send_nowait,
+            clock=trio.current_time,
+            continuous=settings.continuous,
         )
         self._reached_ready = False
         self._wake_backoff = trio.CancelScope()
@@ -358,6 +373,9 @@ class WorkerSupervisor:
                 await self._send_assigned(conn)
                 continue
             if not self._inflight:
+                if self._inflight.has_continuing:
+                    await self._send_step(conn)
+                    continue
                 if self._stop_requested:
                     return
                 self._offered = False  # reporting idle withdraws the offer
@@ -406,15 +424,35 @@ class WorkerSupervisor:
             self._set_state(WorkerState.BUSY)
         await self._send_batch(conn, batch)
 
-    async def _send_batch(self, conn: WorkerConnection, batch: list[Job]) -> None:
+    async def _send_step(self, conn: WorkerConnection) -> None:
+        """Continuous batching: the last step answered some requests "more to come"; the next
+        step carries them and, in the slots left, what the queue has now (nothing new once a
+        stop is requested: the running streams are drained)."""
+        resumed = self._inflight.take_continuing()
+        self._batcher.park(resumed)
+        room = self.settings.batch_size - len(resumed)
+        if not self._stop_requested and room > 0:
+            self._batcher.take_now(self, room)
+        await self._send_batch(conn, self._claim(), resumed=resumed)
+
+    async def _send_batch(
+        self, conn: WorkerConnection, batch: list[Job], *, resumed: list[Job] | None = None
+    ) -> None:
         # Listed before it is written: the reader may see its answer before send() returns.
-        batch_id = self._inflight.send(batch)
+        batch_id = self._inflight.send(batch, resumed=resumed or ())
         try:
             # A frame is never cut short by a stop request: only force_stop cancels here.
-            await conn.send(self.settings.frame_builder(batch_id, batch))
+            if resumed is None:
+                frame = self.settings.frame_builder(batch_id, batch)
+            else:
+                frame = step_frame(batch_id, resumed, batch)
+            await conn.send(frame)
         except BaseException:
-            # Never reached the worker: give the jobs back to the queue, in order.
-            self._batcher.requeue(self, self._inflight.unsend(batch_id))
+            # Never reached the worker: give the new jobs back to the queue, in order (the
+            # resumed ones stay in flight, to fail with the process).
+            back = self._inflight.unsend(batch_id)
+            if resumed is None or back:
+                self._batcher.requeue(self, back)
             raise
 
     # -- the frame reader ------------------------------------------------------------
