@@ -28,8 +28,9 @@ from trioserve.core.registry import Registry
 from trioserve.core.request import InferenceRequest
 from trioserve.core.tensor_inputs import TensorSpecError, parse_tensor_inputs
 from trioserve.runtime.jobs import Job
-from trioserve.runtime.launcher import Launcher
+from trioserve.runtime.launcher import Launcher, WithPythonPath
 from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.pydeps import DependencyInstaller
 from trioserve.runtime.supervisor import WorkerSettings, default_batch_frame
 from trioserve.runtime.tensor_frames import tensor_frame_builder
 
@@ -54,6 +55,8 @@ class ManagerSettings:
     # The sequence id and end header names (ts_header_key_sequence_id / _end).
     sequence_id_header: str = "ts_request_sequence_id"
     sequence_end_header: str = "ts_request_sequence_end"
+    # install_py_dep_per_model: pip-install each archive's requirements file for its workers.
+    install_py_deps: bool = False
 
 
 @dataclass(slots=True)
@@ -71,6 +74,7 @@ class ModelManager:
         self._nursery: trio.Nursery | None = None
         self._worker_ids = itertools.count(9000)
         self._lock = trio.Lock()
+        self.pydeps = DependencyInstaller(settings.work_root / "pydeps")
 
     async def run(
         self, *, task_status: trio.TaskStatus[ModelManager] = trio.TASK_STATUS_IGNORED
@@ -191,7 +195,8 @@ class ModelManager:
             ),
             defaults=self.settings.defaults,
         )
-        model = ModelVersion(settings, self._pool(settings, loaded), self._launcher)
+        pool = self._pool(settings, loaded)
+        model = ModelVersion(settings, pool, await self._model_launcher(name, loaded))
         async with self._lock:
             scope = trio.CancelScope()
             self.registry.add(name, version, Entry(model, loaded, scope))
@@ -202,6 +207,23 @@ class ModelManager:
             "registered model %s version %s with %d workers", name, version, settings.min_workers
         )
         return model
+
+    async def _model_launcher(self, name: str, loaded: archive.LoadedArchive) -> Launcher:
+        """The launcher for the model's workers: with ``install_py_dep_per_model`` and a
+        requirements file in the archive, one that puts the installed requirements on the
+        workers' import path (pip runs here; its failure fails the registration)."""
+        requirements = loaded.manifest.requirements_file
+        if not self.settings.install_py_deps or not requirements:
+            return self._launcher
+        model_dir = loaded.model_dir.resolve()
+        path = (model_dir / requirements).resolve()
+        if not path.is_relative_to(model_dir) or not path.is_file():
+            raise errors.bad_request(
+                f"Model {name}: the requirements file {requirements!r} named in "
+                "MAR-INF/MANIFEST.json is not a file in the archive."
+            )
+        deps = await self.pydeps.install(path, cwd=model_dir, model=name)
+        return WithPythonPath(self._launcher, (deps,))
 
     def _pool(self, settings: ModelSettings, loaded: archive.LoadedArchive) -> PoolSettings:
         load = LoadSpec(
