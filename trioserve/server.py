@@ -294,6 +294,12 @@ async def serve(
             manager: ModelManager = await root.start(
                 ModelManager(manager_settings(config, work_root, metrics), launcher).run
             )
+            metrics.add_gauge_source(
+                "ts_open_sequences",
+                "Open sequences of a stateful model version (sequenceBatching)",
+                ("model_name", "model_version"),
+                manager.open_sequences,
+            )
             problems = await manager.load_startup_models(
                 config.load_models, startup_workers(config)
             )

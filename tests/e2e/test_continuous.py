@@ -241,3 +241,16 @@ def test_sigterm_finishes_running_streams_before_exiting(server: Server) -> None
         assert [b"5", *chunks] == [b"5"] * 6  # drained, not cut
         stream.close()
     assert server.wait(30) == 0
+
+
+def test_metrics_count_open_sequences_and_describe_shows_the_settings(server: Server) -> None:
+    with http(server) as client:
+        opened = [open_sequence(client, "streamsum1") for _ in range(3)]
+        post(client, "streamsum1", 0, opened[0])  # ended: closed at once
+        text = httpx.get(f"{server.metrics_url}/metrics", timeout=10).text
+        assert 'ts_open_sequences{model_name="streamsum1",model_version="1.0"} 2.0' in text
+        assert 'ts_open_sequences{model_name="streamsum",model_version="1.0"} 0.0' in text
+    (described,) = httpx.get(f"{server.management_url}/models/streamsum1", timeout=10).json()
+    assert described["continuousBatching"] is True and described["stateful"] is True
+    assert described["sequenceMaxIdleMSec"] == 500 and described["sequenceTimeoutMSec"] == 4000
+    assert described["maxNumSequence"] == 8 and described["batchSize"] == 4

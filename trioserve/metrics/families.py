@@ -9,11 +9,12 @@ sorted and there is no trailing comma. ``_created`` samples are not exported.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from trioserve.metrics.catalog import MetricSpec, exposed_names
@@ -23,6 +24,7 @@ __all__ = [
     "FamiliesCollector",
     "Family",
     "Filtered",
+    "GaugeSource",
     "ignore_update",
     "lazy_child",
     "without_created",
@@ -96,6 +98,32 @@ class FamiliesCollector:
     def collect(self) -> Iterator[Metric]:
         for family in self._families():
             yield from without_created(family.metric.collect())
+
+
+class GaugeSource:
+    """A gauge whose samples are read when the registry is collected: ``read()`` gives
+    ``(label values, value)`` pairs (state the server keeps anyway, like open sequences)."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        read: Callable[[], Iterable[tuple[Sequence[str], float]]],
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._labelnames = list(labelnames)
+        self._read = read
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self._name, self._documentation, labels=self._labelnames)
+        for labels, value in self._read():
+            family.add_metric(list(labels), value)
+        yield family
 
 
 class Filtered:

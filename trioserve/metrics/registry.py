@@ -32,7 +32,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final
 
@@ -58,6 +58,7 @@ from trioserve.metrics.families import (
     FamiliesCollector,
     Family,
     Filtered,
+    GaugeSource,
     ignore_update,
     lazy_child,
 )
@@ -140,6 +141,17 @@ class ServerMetrics:
         protocol): counted as Requests2XX / 4XX / 5XX."""
         name = OUTCOME_COUNTERS[outcome]
         self._apply(self._host_updater(name), name, 1.0)
+
+    def add_gauge_source(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        read: Callable[[], Iterable[tuple[Sequence[str], float]]],
+    ) -> None:
+        """Export gauge ``name``, whose samples ``read()`` gives at each scrape (state the
+        server keeps anyway, such as the open sequences of each stateful model)."""
+        self.registry.register(GaugeSource(name, documentation, labelnames, read))
 
     def worker_loaded(self, worker_name: str, load_ms: float) -> None:
         """A worker (e.g. ``W-9000-resnet18_1.0``) loaded its model in ``load_ms``."""

@@ -31,6 +31,7 @@ from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import Launcher, WithPythonPath
 from trioserve.runtime.model import ModelVersion, PoolSettings
 from trioserve.runtime.pydeps import DependencyInstaller
+from trioserve.runtime.sequence_batcher import SequenceBatcher
 from trioserve.runtime.supervisor import WorkerSettings, default_batch_frame
 from trioserve.runtime.tensor_frames import tensor_frame_builder
 
@@ -274,6 +275,14 @@ class ModelManager:
             sequence_id_header=self.settings.sequence_id_header,
             sequence_end_header=self.settings.sequence_end_header,
         )
+
+    def open_sequences(self) -> list[tuple[tuple[str, str], float]]:
+        """``((model name, version), open sequences)`` of every stateful model version."""
+        return [
+            ((name, version), float(entry.model.queue.open_sequences))
+            for name, version, entry in self.registry
+            if isinstance(entry.model.queue, SequenceBatcher)
+        ]
 
     async def unregister(self, name: str, version: str | None = None) -> None:
         async with self._lock:
