@@ -12,6 +12,7 @@ import pytest
 from trioserve import demo
 from trioserve.archive import unpack_archive
 
+ALL = ("echo", "classifier", "streaming", "stateful", "stateful_stream")
 EXPECTED = {
     "echo": {"handler": "echo_handler.py"},
     "classifier": {
@@ -21,6 +22,7 @@ EXPECTED = {
     },
     "streaming": {"handler": "stream_handler.py"},
     "stateful": {"handler": "stateful_handler.py", "configFile": "model-config.yaml"},
+    "stateful_stream": {"handler": "stream_sum_handler.py", "configFile": "model-config.yaml"},
 }
 
 
@@ -31,13 +33,14 @@ def _manifest(archive: Path) -> dict[str, object]:
     return manifest
 
 
-def test_builds_the_four_archives(tmp_path: Path) -> None:
+def test_builds_the_five_archives(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    assert demo.build_demo_store(store) == ["echo", "classifier", "streaming", "stateful"]
+    assert demo.build_demo_store(store) == list(ALL)
     assert sorted(p.name for p in store.iterdir()) == [
         "classifier.mar",
         "echo.mar",
         "stateful.mar",
+        "stateful_stream.mar",
         "streaming.mar",
     ]
     for name, fields in EXPECTED.items():
@@ -101,7 +104,7 @@ def test_existing_archives_are_kept_unless_forced(tmp_path: Path) -> None:
     demo.build_demo_store(tmp_path)
     echo = tmp_path / "echo.mar"
     echo.write_bytes(b"placeholder")
-    assert demo.build_demo_store(tmp_path) == ["echo", "classifier", "streaming", "stateful"]
+    assert demo.build_demo_store(tmp_path) == list(ALL)
     assert echo.read_bytes() == b"placeholder"
     demo.build_demo_store(tmp_path, force=True)
     assert _manifest(echo)["model"] == {

@@ -20,7 +20,7 @@ from trioserve.archive import write_archive
 __all__ = ["DEMO_MODELS", "DEMO_VERSION", "build_demo_store", "handlers_dir"]
 
 DEMO_VERSION: Final = "1.0"
-DEMO_MODELS: Final = ("echo", "classifier", "streaming", "stateful")
+DEMO_MODELS: Final = ("echo", "classifier", "streaming", "stateful", "stateful_stream")
 
 
 def handlers_dir() -> Path:
@@ -109,12 +109,24 @@ def _build_stateful(handlers: Path, store: Path, *, force: bool) -> None:
     )
 
 
+def _build_stateful_stream(handlers: Path, store: Path, *, force: bool) -> None:
+    folder = handlers / "stateful_stream"
+    write_archive(
+        model_name="stateful_stream",
+        version=DEMO_VERSION,
+        handler=str(_require(folder / "stream_sum_handler.py")),
+        export_path=store,
+        config_file=_require(folder / "model-config.yaml"),
+        force=force,
+    )
+
+
 def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
     """Create the demo archives in ``store`` (created if missing); return the model names.
 
     An archive already in the store (``<name>.mar``) is kept as it is unless ``force`` is
     true, in which case it is rebuilt. The names come back in a fixed order:
-    ``["echo", "classifier", "streaming", "stateful"]``.
+    ``["echo", "classifier", "streaming", "stateful", "stateful_stream"]``.
     """
     handlers = handlers_dir()
     store = Path(store)
@@ -124,6 +136,7 @@ def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
         "classifier": _build_classifier,
         "streaming": _build_streaming,
         "stateful": _build_stateful,
+        "stateful_stream": _build_stateful_stream,
     }
     for name in DEMO_MODELS:
         if not force and (store / f"{name}.mar").exists():

@@ -152,3 +152,36 @@ def test_stateful_sums_a_sequence_with_curl(demo_server: Server) -> None:
         timeout=60,
     ).stdout
     assert json.loads(ended)["code"] == 400
+
+
+def test_stateful_stream_streams_and_cancels_with_curl(demo_server: Server) -> None:
+    url = f"{demo_server.url}/predictions/stateful_stream"
+    first = subprocess.run(
+        ["curl", "-sS", "--fail-with-body", "-D", "-", "-X", "POST", url, "-H", PLAIN,
+         "--data-binary", "2"],
+        capture_output=True, timeout=60, check=True,
+    ).stdout.decode()  # fmt: skip
+    head, _, body = first.partition("\r\n\r\n")
+    assert body == "2"
+    (line,) = [h for h in head.split("\r\n") if h.lower().startswith("ts_request_sequence_id:")]
+    header = f"ts_request_sequence_id: {line.split(':', 1)[1].strip()}"
+    # An odd value streams six answers (one per 100 ms step), chunked.
+    streamed = subprocess.run(
+        ["curl", "-sS", "-N", "-D", "-", "-X", "POST", url, "-H", PLAIN, "-H", header,
+         "--data-binary", "3"],
+        capture_output=True, timeout=60, check=True,
+    ).stdout.decode()  # fmt: skip
+    head, _, body = streamed.partition("\r\n\r\n")
+    assert "transfer-encoding: chunked" in head.lower()
+    assert body == "5" * 6
+    # -1 sent while a stream runs ends it early; 0 ends the sequence.
+    with subprocess.Popen(
+        ["curl", "-sS", "-N", "-X", "POST", url, "-H", PLAIN, "-H", header, "--data-binary", "1"],
+        stdout=subprocess.PIPE,
+    ) as stream:
+        assert stream.stdout is not None
+        assert stream.stdout.read(1) == b"6"
+        cancel = curl("-X", "POST", url, "-H", PLAIN, "-H", header, "--data-binary", "-1")
+        rest = stream.stdout.read()
+    assert cancel == b"-1" and 1 <= len(rest) <= 3 and set(rest.decode()) == {"6"}
+    assert curl("-X", "POST", url, "-H", PLAIN, "-H", header, "--data-binary", "0") == b"6"
