@@ -1,5 +1,5 @@
-"""The bundled demo models: build ``echo.mar``, ``classifier.mar``, ``streaming.mar`` and
-``stateful.mar``.
+"""The bundled demo models: build ``echo.mar``, ``classifier.mar``, ``streaming.mar``,
+``stateful.mar`` and ``stateful_stream.mar``.
 
 The handlers live in the repository's ``handlers/`` folder (one folder per model, each with a
 README). :func:`build_demo_store` packs them into a model store with
