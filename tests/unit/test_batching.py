@@ -341,6 +341,115 @@ def test_misuse_is_refused() -> None:
         policy.requeue("w0", ["zzz"])
 
 
+# -- continuous batching: take -----------------------------------------------------------------
+
+
+def test_take_gives_the_oldest_items_at_once_whatever_the_window() -> None:
+    policy = make(batch_size=4, max_delay=10.0, workers=2)
+    policy.worker_busy("w1")  # half the workers busy: a partial batch would wait the window
+    for name in "abc":
+        policy.submit(name, 0.0)
+    assert policy.poll(0.0) == []
+    assert policy.take("w1", 2, 0.1) == ["a", "b"]  # room 2: two, oldest first
+    assert policy.queued() == ["c"]
+    assert policy.take("w1", 3, 0.2) == ["c"]  # all that is queued
+    assert len(policy) == 0
+    assert policy.poll(0.2) == []
+
+
+def test_take_never_exceeds_the_batch_size() -> None:
+    policy = make(batch_size=3, workers=0)
+    policy.worker_busy("w0")
+    for name in "abcde":
+        policy.submit(name, 0.0)
+    assert policy.take("w0", 10, 0.0) == ["a", "b", "c"]
+    assert policy.queued() == ["d", "e"]
+
+
+def test_an_idle_worker_that_takes_is_busy_even_with_nothing_to_take() -> None:
+    policy = make(batch_size=4, max_delay=1.0, workers=2)
+    assert policy.take("w0", 2, 0.0) == []  # empty queue
+    assert (policy.idle_workers, policy.busy_workers) == (1, 1)
+    assert policy.take("w1", 0, 0.0) == []  # room 0
+    assert (policy.idle_workers, policy.busy_workers) == (0, 2)
+    policy.submit("a", 0.5)
+    assert policy.poll(0.5) == [] and policy.next_wakeup(0.5) is None  # nobody idle
+    policy.worker_idle("w1")
+    policy.worker_idle("w0")
+    assert policy.poll(0.5) == [Dispatch("w1", ("a",), Reason.IDLE)]
+
+
+def test_take_from_an_idle_worker_leaves_the_others_to_poll() -> None:
+    policy = make(batch_size=2, max_delay=1.0, workers=2)
+    for name in "abc":
+        policy.submit(name, 0.0)
+    assert policy.take("w0", 2, 0.0) == ["a", "b"]
+    assert (policy.idle_workers, policy.busy_workers) == (1, 1)
+    # w0 is busy now: "c" waits for the window of the one idle worker left.
+    assert policy.poll(0.0) == []
+    assert policy.poll(1.0) == [Dispatch("w1", ("c",), Reason.WINDOW)]
+
+
+def test_take_withdraws_a_prefetch_offer() -> None:
+    policy = make(batch_size=2, max_delay=1.0)
+    policy.submit("a", 0.0)
+    assert policy.poll(0.0) == [Dispatch("w0", ("a",), Reason.IDLE)]
+    policy.worker_prefetch("w0")
+    assert policy.take("w0", 1, 0.1) == []
+    for name in "bc":
+        policy.submit(name, 0.2)
+    assert policy.poll(0.2) == []  # a full batch, but the offer is gone
+    assert policy.next_wakeup(0.2) is None
+
+
+def test_requeue_after_a_take_puts_the_items_back_in_order() -> None:
+    policy = make(batch_size=4, workers=0)
+    policy.worker_busy("w0")
+    for i, name in enumerate("abcde"):
+        policy.submit(name, i / 10)
+    assert policy.take("w0", 3, 0.5) == ["a", "b", "c"]
+    policy.submit("f", 0.6)
+    policy.requeue("w0", ["c", "a"])  # "b" was cancelled meanwhile
+    assert policy.queued() == ["a", "c", "d", "e", "f"]
+    assert policy.take("w0", 2, 0.7) == ["a", "c"]
+    policy.requeue("w0")  # all of them by default
+    assert policy.queued() == ["a", "c", "d", "e", "f"]
+    with pytest.raises(ValueError, match="no batch"):
+        policy.requeue("w0")
+
+
+def test_take_leaves_items_past_their_deadline_for_poll_to_expire() -> None:
+    policy = make(batch_size=4, workers=0)
+    policy.worker_busy("w0")
+    policy.submit("a", 0.0, deadline=1.0)
+    policy.submit("b", 0.0)
+    policy.submit("c", 0.0, deadline=1.0)
+    assert policy.take("w0", 1, 1.0) == ["a"]  # the deadline itself is still in time
+    assert policy.take("w0", 4, 2.0) == ["b"]
+    assert len(policy) == 0 and policy.has_work
+    assert policy.poll(2.0) == [Expire(("c",))]
+
+
+@pytest.mark.parametrize("room", [-1, True, False, 1.0, "2", None])
+def test_take_refuses_a_bad_room(room: object) -> None:
+    policy = make(workers=1)
+    policy.submit("a", 0.0)
+    with pytest.raises(ValueError, match="room must be an integer >= 0"):
+        policy.take("w0", room, 0.0)  # type: ignore[arg-type]
+    assert (policy.idle_workers, policy.busy_workers) == (1, 0)  # nothing changed
+    assert policy.queued() == ["a"]
+
+
+def test_take_refuses_time_going_backwards() -> None:
+    policy = make()
+    policy.submit("a", 1.0)
+    with pytest.raises(ValueError, match="backwards"):
+        policy.take("w0", 1, 0.5)
+    with pytest.raises(ValueError, match="NaN"):
+        policy.take("w0", 1, math.nan)
+    assert policy.queued() == ["a"]
+
+
 # -- properties ------------------------------------------------------------------------------
 
 
@@ -652,6 +761,30 @@ class PolicyMachine(RuleBasedStateMachine):
         if not self.inflight[worker]:
             del self.inflight[worker]
         self.queue = sorted(self.queue + list(back))
+
+    @rule(worker=st.sampled_from(WORKERS), data=st.data())
+    def take(self, worker: str, data: st.DataObject) -> None:
+        """Continuous batching: ``worker`` starts a step with ``room`` free slots."""
+        room = data.draw(st.integers(0, self.batch_size + 1), label="room")
+        got = self.policy.take(worker, room, self.now)
+        self.model_expire(self.now)
+        size = min(room, self.batch_size, len(self.queue))
+        assert got == self.queue[:size], "not the oldest queued items, up to room"
+        for item in got:
+            assert self.state[item] is St.QUEUED
+            deadline = self.deadline(item)
+            assert deadline is None or deadline >= self.now, "expired item taken"
+            self.state[item] = St.INFLIGHT
+        del self.queue[:size]
+        if worker in self.idle:
+            self.idle.remove(worker)
+        if worker in self.prefetch:
+            self.prefetch.remove(worker)
+        self.busy.add(worker)
+        if got:
+            self.inflight.setdefault(worker, []).extend(got)
+            self.last[worker] = list(got)
+        event(f"take {min(len(got), 2)}")
 
     @rule()
     def poll(self) -> None:

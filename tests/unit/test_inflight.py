@@ -9,7 +9,7 @@ import pytest
 
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
-from trioserve.core.inflight import InFlight
+from trioserve.core.inflight import STREAM_NEXT_HEADER, InFlight
 from trioserve.core.messages import BatchReply, Reply
 
 
@@ -21,6 +21,7 @@ class FakeJob:
         self.events: list[Any] = []
         self.on_cancel: Callable[[FakeJob], None] | None = None
         self.error: ServeError | None = None
+        self.replies: list[Reply] = []  # every reply delivered, as received
 
     def start(self, on_cancel: Callable[[FakeJob], None]) -> None:
         self.on_cancel = on_cancel
@@ -31,6 +32,7 @@ class FakeJob:
         self.events.append("unstart")
 
     def deliver(self, reply: Reply, *, final: bool) -> None:
+        self.replies.append(reply)
         self.events.append((bytes(reply.body), final))
 
     def fail(self, error: ServeError) -> None:
@@ -250,3 +252,235 @@ def test_the_book_serves_the_next_process_after_a_failure(book: InFlight[FakeJob
     assert book.send(batch) == 2  # batch ids never repeat
     assert book.reply(final(2, "b")) is True
     assert job.events == ["start", (b"b", True)]
+
+
+# -- continuous batching ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def steps(clock: Clock, told: list[str]) -> InFlight[FakeJob]:
+    """A book whose batches are steps of a continuous batch."""
+    return InFlight(on_cancel=told.append, clock=clock, continuous=True)
+
+
+def answer(request_id: str, stream_next: str | None = None, **headers: str) -> Reply:
+    """One reply item; ``stream_next``: the worker's ``ts_stream_next`` header, if any."""
+    if stream_next is not None:
+        headers[STREAM_NEXT_HEADER] = stream_next
+    return Reply(request_id, request_id.encode(), headers=headers)
+
+
+def step(batch_id: int, *replies: Reply, final: bool = True) -> BatchReply:
+    return BatchReply(batch_id, 200, "", list(replies), final)
+
+
+def test_more_to_come_keeps_the_job_in_flight_for_the_next_step(
+    steps: InFlight[FakeJob],
+) -> None:
+    a, b, c = batch = jobs("a", "b", "c")
+    steps.send(batch)
+    assert not steps.has_continuing
+    ended = steps.reply(step(1, answer("a", "true", x="1"), answer("b", "false"), answer("c")))
+    assert ended is True  # the step has ended; "a" goes on in the next one
+    assert a.events == ["start", (b"a", False)]
+    assert b.events == ["start", (b"b", True)]
+    assert c.events == ["start", (b"c", True)]  # no header: the job ends
+    # The header is the worker's: the jobs never see it (other headers pass).
+    assert a.replies[-1].headers == {"x": "1"}
+    assert b.replies[-1].headers == {} and c.replies[-1].headers == {}
+    assert (len(steps), steps.running, steps.job_count) == (0, None, 1)
+    assert steps.has_continuing
+    assert steps.take_continuing() == [a]
+    assert steps.take_continuing() == []  # handed over once
+    assert not steps.has_continuing
+    assert steps.job_count == 1  # still in flight: its stream lives in the process
+    assert a.events == ["start", (b"a", False)]
+
+
+def test_continuing_jobs_come_in_the_order_of_the_steps_reply(
+    steps: InFlight[FakeJob],
+) -> None:
+    batch = jobs("a", "b", "c")
+    steps.send(batch)
+    steps.reply(step(1, answer("c", "true"), answer("a", "true"), answer("b", "true")))
+    assert steps.take_continuing() == [batch[2], batch[0], batch[1]]
+    assert steps.job_count == 3
+
+
+def test_intermediate_replies_of_a_step_neither_end_nor_continue_a_job(
+    steps: InFlight[FakeJob],
+) -> None:
+    (a,) = batch = jobs("a")
+    steps.send(batch)
+    assert steps.reply(step(1, answer("a"), final=False)) is False
+    assert not steps.has_continuing and steps.job_count == 1 and len(steps) == 1
+    assert steps.reply(step(1, answer("a", "true"))) is True
+    assert a.events == ["start", (b"a", False), (b"a", False)]
+    assert steps.take_continuing() == [a]
+
+
+def test_resumed_jobs_go_first_in_the_next_step_without_starting_again(
+    steps: InFlight[FakeJob], clock: Clock
+) -> None:
+    a, b = first = jobs("a", "b")
+    steps.send(first)
+    steps.reply(step(1, answer("a", "true"), answer("b", "true")))
+    resumed = steps.take_continuing()
+    assert resumed == [a, b]
+    clock.now = 102.0
+    (c,) = new = jobs("c")
+    assert steps.send(new, resumed=resumed) == 2
+    running = steps.running
+    assert running is not None
+    assert (running.batch_id, running.jobs, running.started, running.resumed) == (
+        2,
+        [a, b, c],
+        102.0,
+        2,
+    )
+    assert a.events == ["start", (b"a", False)]  # not started again
+    assert c.events == ["start"]
+    assert steps.job_count == 3 and len(steps) == 1
+    # This step ends "b" and continues "a" and "c".
+    assert steps.reply(step(2, answer("a", "true"), answer("b", "false"), answer("c", "true")))
+    assert b.events == ["start", (b"b", False), (b"b", True)]
+    assert steps.job_count == 2
+    resumed = steps.take_continuing()
+    assert resumed == [a, c]
+    # A step of resumed jobs only; it ends them both.
+    assert steps.send([], resumed=resumed) == 3
+    assert steps.reply(step(3, answer("a", "false"), answer("c")))
+    assert a.events == ["start", (b"a", False), (b"a", False), (b"a", True)]
+    assert c.events == ["start", (b"c", False), (b"c", True)]
+    assert (steps.job_count, len(steps), steps.has_continuing) == (0, 0, False)
+    assert steps.take_continuing() == []
+
+
+def test_a_continuing_job_whose_client_left_is_not_resumed(
+    steps: InFlight[FakeJob], told: list[str]
+) -> None:
+    a, b = batch = jobs("a", "b")
+    steps.send(batch)
+    steps.reply(step(1, answer("a", "true"), answer("b", "true")))
+    a.cancel()  # between the steps
+    assert told == ["a"]
+    assert steps.job_count == 1 and steps.has_continuing
+    assert steps.take_continuing() == [b]
+    b.cancel()
+    assert told == ["a", "b"]
+    assert steps.job_count == 0 and not steps.has_continuing
+    assert steps.take_continuing() == []
+
+
+def test_continuing_jobs_all_gone_leave_nothing_to_resume(
+    steps: InFlight[FakeJob], told: list[str]
+) -> None:
+    (a,) = batch = jobs("a")
+    steps.send(batch)
+    steps.reply(step(1, answer("a", "true")))
+    a.cancel()
+    assert told == ["a"]
+    assert not steps.has_continuing
+    assert steps.take_continuing() == []
+    assert a.events == ["start", (b"a", False), "cancelled"]
+
+
+def test_a_resumed_job_cancelled_during_its_step_gets_no_more_answers(
+    steps: InFlight[FakeJob], told: list[str]
+) -> None:
+    a, b = batch = jobs("a", "b")
+    steps.send(batch)
+    steps.reply(step(1, answer("a", "true"), answer("b", "true")))
+    steps.send([], resumed=steps.take_continuing())
+    a.cancel()
+    assert told == ["a"] and steps.job_count == 1
+    # The process answered before it heard: the answer reaches nobody and "a" is not resumed.
+    assert steps.reply(step(2, answer("a", "true"), answer("b", "true")))
+    assert a.events == ["start", (b"a", False), "cancelled"]
+    assert steps.take_continuing() == [b]
+
+
+def test_an_error_reply_to_a_step_fails_its_resumed_jobs_too(
+    steps: InFlight[FakeJob],
+) -> None:
+    a, b = first = jobs("a", "b")
+    steps.send(first)
+    steps.reply(step(1, answer("a", "true"), answer("b", "true")))
+    (c,) = new = jobs("c")
+    steps.send(new, resumed=steps.take_continuing())
+    failed = BatchReply(2, 507, "out of memory", [], True)
+    assert steps.reply(failed) is True
+    for job in (a, b, c):
+        assert job.events[-1] == "fail"
+        assert same(job.error, errors.prediction_failed(507, "out of memory"))
+    assert (steps.job_count, len(steps), steps.has_continuing) == (0, 0, False)
+    assert steps.take_continuing() == []
+
+
+def test_a_step_reply_that_omits_a_resumed_job_fails_it(steps: InFlight[FakeJob]) -> None:
+    a, b = first = jobs("a", "b")
+    steps.send(first)
+    steps.reply(step(1, answer("a", "true"), answer("b", "true")))
+    (c,) = new = jobs("c")
+    steps.send(new, resumed=steps.take_continuing())
+    assert steps.reply(step(2, answer("b", "true"), answer("c", "false"))) is True
+    assert a.events == ["start", (b"a", False), "fail"]
+    assert same(a.error, errors.prediction_failed(503, MISMATCH))
+    assert c.events == ["start", (b"c", True)]
+    assert steps.job_count == 1
+    assert steps.take_continuing() == [b]
+
+
+def test_unsend_of_a_step_hands_back_only_its_new_jobs(steps: InFlight[FakeJob]) -> None:
+    (a,) = first = jobs("a")
+    steps.send(first)
+    steps.reply(step(1, answer("a", "true")))
+    c, d = new = jobs("c", "d")
+    batch_id = steps.send(new, resumed=steps.take_continuing())
+    assert steps.unsend(batch_id) == [c, d]
+    assert c.events == d.events == ["start", "unstart"]
+    # The resumed job's stream lives in the process: it stays in flight, not handed back.
+    assert a.events == ["start", (b"a", False)]
+    assert (len(steps), steps.job_count, steps.has_continuing) == (0, 1, False)
+    assert steps.reply(step(batch_id, answer("a", "false"))) is False  # forgotten batch
+    steps.fail_all(errors.worker_died("gone"))
+    assert a.events == ["start", (b"a", False), "fail"]
+    assert same(a.error, errors.worker_died("gone"))
+    assert steps.job_count == 0
+
+
+def test_fail_all_forgets_the_continuing_jobs(steps: InFlight[FakeJob]) -> None:
+    a, b = batch = jobs("a", "b")
+    steps.send(batch)
+    steps.reply(step(1, answer("a", "true"), answer("b", "true")))
+    steps.fail_all(errors.worker_died("gone"))
+    for job in (a, b):
+        assert job.events == ["start", (job.request_id.encode(), False), "fail"]
+    assert (steps.job_count, steps.has_continuing) == (0, False)
+    assert steps.take_continuing() == []
+
+
+def test_abandon_forgets_the_continuing_jobs_until_fail_all(steps: InFlight[FakeJob]) -> None:
+    (a,) = batch = jobs("a")
+    steps.send(batch)
+    steps.reply(step(1, answer("a", "true")))
+    assert steps.abandon() == []
+    assert not steps.has_continuing and steps.take_continuing() == []
+    assert steps.job_count == 1  # it fails with the process
+    steps.fail_all(errors.worker_died("gone"))
+    assert a.events == ["start", (b"a", False), "fail"]
+    assert steps.job_count == 0
+
+
+def test_the_stream_header_means_nothing_without_continuous_batching(
+    book: InFlight[FakeJob],
+) -> None:
+    a, b = batch = jobs("a", "b")
+    book.send(batch)
+    assert book.reply(step(1, answer("a", "true"), answer("b", "false")))
+    assert a.events == ["start", (b"a", True)]
+    assert b.events == ["start", (b"b", True)]
+    assert a.replies[-1].headers == {STREAM_NEXT_HEADER: "true"}  # passed on untouched
+    assert b.replies[-1].headers == {STREAM_NEXT_HEADER: "false"}
+    assert (book.job_count, book.has_continuing) == (0, False)
+    assert book.take_continuing() == []

@@ -59,7 +59,11 @@ The rules
   the client expects (as TorchServe 0.12 does).
 
 Items and workers are hashable values compared by equality; an item may be queued once at a
-time. The decision and error types are in :mod:`trioserve.core.sequence_decisions`.
+time. The decision and error types, the expiry timers and the closed-id memory are in
+:mod:`trioserve.core.sequence_decisions`. What is left here runs past 400 lines and stays one
+module: :class:`SequencePolicy` is one state machine whose events, plan and expiries all read
+and change the same sequences, ready order and worker pins, and this docstring is the
+reference for its rules.
 """
 
 from __future__ import annotations
