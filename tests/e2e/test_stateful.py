@@ -185,3 +185,43 @@ def test_grpc_sequence_end_key_closes_the_sequence(server: Server) -> None:
     sums, code, message = asyncio.run(scenario())
     assert sums == ["5", "7"]
     assert code == 3 and '"g-1"' in message and "ended" in message  # INVALID_ARGUMENT
+
+
+def test_sigterm_drains_open_sequences(server: Server) -> None:
+    """Sequences busy when SIGTERM comes: every answer given is right, requests cut off are
+    refused (503) or find the listener closed, none is lost, and the server exits 0."""
+    stop_at = time.monotonic() + 0.4
+
+    def busy_sequence(_i: int) -> tuple[list[int], list[int]]:
+        sums: list[int] = []
+        refused: list[int] = []
+        with client(server) as http:
+            first = http.post("/predictions/stateful", content=b"1")
+            assert first.status_code == 200
+            sequence_id = first.headers[HEADER]
+            sums.append(int(first.text.split()[0]))
+            for _ in range(200):
+                try:
+                    r = http.post(
+                        "/predictions/stateful", content=b"1", headers={HEADER: sequence_id}
+                    )
+                except httpx.TransportError:
+                    break  # the listener closed: nothing was accepted
+                if r.status_code != 200:
+                    refused.append(r.status_code)
+                    break
+                sums.append(int(r.text.split()[0]))
+                if time.monotonic() > stop_at + 5:
+                    break
+        return sums, refused
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(busy_sequence, i) for i in range(4)]
+        time.sleep(max(0.0, stop_at - time.monotonic()))
+        server.signal(signal.SIGTERM)
+        results = [f.result(timeout=60) for f in futures]
+    assert server.wait(30) == 0
+    for sums, refused in results:
+        assert sums == list(range(1, len(sums) + 1))  # in order, nothing skipped or repeated
+        assert len(sums) > 1
+        assert set(refused) <= {503}
