@@ -54,6 +54,17 @@ def test_constructor_is_torchserve_compatible() -> None:
     assert ctx.cl_socket is None
 
 
+def test_cache_is_the_handlers_own_and_outlives_batches() -> None:
+    ctx = batch_context()
+    assert ctx.cache == {}
+    ctx.cache["seq-1"] = 3
+    ctx.end_batch()
+    ctx.begin_batch(["id-2"], [{}])
+    assert ctx.cache == {"seq-1": 3}
+    ctx.cache = {"replaced": True}  # as TorchServe's stateful examples do in initialize
+    assert ctx.cache == {"replaced": True}
+
+
 def test_defaults() -> None:
     ctx = make_context()
     assert ctx.model_yaml_config == {}

@@ -136,6 +136,10 @@ class Context:
         self.cl_socket: Any = None
         # Continuous-batching streaming: one callable per batch index, or None.
         self.stopping_criteria: list[Callable[..., bool | None]] | None = None
+        # The handler's own per-worker store (stateful handlers keep sequence state here). Not
+        # a TorchServe attribute: its examples assign ``ctx.cache = {...}`` themselves, which
+        # replaces this one; the worker never reads or clears it.
+        self.cache: dict[Any, Any] = {}
         self.header_key_sequence_id = os.environ.get(
             "TS_REQUEST_SEQUENCE_ID", DEFAULT_SEQUENCE_ID_HEADER
         )
