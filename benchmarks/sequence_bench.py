@@ -77,9 +77,13 @@ async def client(port: int, model: str, requests: int, latencies: list[float]) -
                 extra = b"ts_request_sequence_start: true\r\n"
             else:
                 extra = b"ts_request_sequence_id: " + sequence + b"\r\n" if sequence else b""
+            # The stateful sequence's last request sends 0, which ends it (freeing its slot
+            # for the next round); its answer is the sum so far.
+            last = model == "stateful" and n == requests - 1
             writer.write(
                 b"POST /predictions/" + model.encode() + b" HTTP/1.1\r\nHost: x\r\n"
-                b"Content-Type: text/plain\r\nContent-Length: 1\r\n" + extra + b"\r\n1"
+                b"Content-Type: text/plain\r\nContent-Length: 1\r\n" + extra
+                + (b"\r\n0" if last else b"\r\n1")
             )
             began = time.perf_counter()
             head = await reader.readuntil(b"\r\n\r\n")
@@ -94,7 +98,7 @@ async def client(port: int, model: str, requests: int, latencies: list[float]) -
             latencies.append(time.perf_counter() - began)
             if not head.startswith(b"HTTP/1.1 200"):
                 raise RuntimeError(f"{model}: {head[:60]!r} {body[:200]!r}")
-            if model == "stateful" and int(body) != n + 1:
+            if model == "stateful" and int(body) != (n if last else n + 1):
                 raise RuntimeError(f"wrong running sum {body!r} at step {n + 1}")
     finally:
         writer.close()
