@@ -12,10 +12,10 @@ This module is the I/O half: the process, its frames, the timers and the tasks. 
 runs, which waits behind it and which job an answer belongs to is the book's business
 (``core/inflight.py``, sans-IO).
 
-The module stays whole (about 540 lines, continuous batching's steps included): it is one class whose serving loop, frame reader
-and stop path share the state of one process lifetime (the connection, the wake-up event,
-the failure, the claimed and assigned batches), and the part that could stand alone, the
-bookkeeping, already does.
+The module stays whole (about 540 lines, continuous batching's steps included): it is one
+class whose serving loop, frame reader and stop path share the state of one process
+lifetime (the connection, the wake-up event, the failure, the claimed and assigned batches),
+and the part that could stand alone, the bookkeeping, already does.
 """
 
 from __future__ import annotations
