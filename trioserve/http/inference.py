@@ -21,6 +21,7 @@ from trioserve.core.errors import ServeError
 from trioserve.core.http1 import Request
 from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
+from trioserve.http import oip
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.common import answer_response, json_response, new_app
 from trioserve.http.errors import error_answer, http_status
@@ -55,6 +56,7 @@ ROUTES = RouteTable(
         Route("api_description", "/api-description", frozenset({"GET"}), None),
         *_prediction_routes("predictions"),
         *_prediction_routes("explanations"),
+        *oip.OIP_ROUTES,
     ],
     default_key=KeyKind.INFERENCE,
 )
@@ -193,8 +195,9 @@ def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> Fast
         if matched is None:
             return None
         route, variables = matched
+        is_oip = route.endpoint in oip.OIP_ENDPOINTS
         content_type = request.header(b"content-type")
-        if content_type is not None and _mimetype(content_type) in FORMS:
+        if not is_oip and content_type is not None and _mimetype(content_type) in FORMS:
             return None  # Quart parses forms
         if tokens is not None:
             try:
@@ -204,7 +207,11 @@ def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> Fast
                     ((n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers),
                 )
             except ServeError as error:
-                return error_answer(error)
+                return oip.oip_error(error) if is_oip else error_answer(error)
+        if is_oip:
+            return await oip.answer(
+                dataplane, route.endpoint, variables, request.headers, request.body
+            )
         rest = variables.get("rest")
         param = Param(
             "body", request.body, None if content_type is None else content_type.decode("latin-1")
@@ -255,9 +262,21 @@ def create_inference_app(
 
         return view
 
+    def oip_view(endpoint: str) -> Callable[..., Awaitable[Response]]:
+        async def view(**variables: str) -> Response:
+            body = await request.get_data(cache=False)
+            assert isinstance(body, bytes)
+            answer = await oip.answer(
+                dataplane, endpoint, variables, request.scope["headers"], body
+            )
+            return answer_response(answer)
+
+        return view
+
     ROUTES.install(
         app,
         {
+            **{endpoint: oip_view(endpoint) for endpoint in oip.OIP_ENDPOINTS},
             "ping": ping,
             "api_description": api_description,
             "predictions": prediction_view(explain=False),

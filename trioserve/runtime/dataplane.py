@@ -36,6 +36,7 @@ from trioserve.core.messages import Reply
 from trioserve.core.request import InferenceRequest, Outcome
 from trioserve.runtime.jobs import Job, each_reply
 from trioserve.runtime.manager import ModelManager
+from trioserve.runtime.model import ModelVersion
 from trioserve.runtime.sequence_batcher import SequenceBatcher
 from trioserve.runtime.sequences import SequenceHeaders
 
@@ -78,6 +79,15 @@ class Dataplane:
     def healthy(self) -> bool:
         """Every model version that should have workers has a ready one."""
         return self.manager.healthy()
+
+    def model(self, name: str, version: str | None = None) -> ModelVersion:
+        """The model version a request naming ``name`` (and ``version``) reaches;
+        NOT_FOUND when there is none."""
+        return self.manager.get(name, version)
+
+    def versions(self, name: str) -> list[str]:
+        """The registered versions of model ``name``, oldest first (NOT_FOUND: none)."""
+        return [version for version, _entry in self.manager.registry.versions(name)]
 
     def submit(self, request: InferenceRequest) -> Call:
         """Admit ``request``; raises :class:`ServeError` if it cannot be queued."""

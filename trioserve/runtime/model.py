@@ -159,6 +159,11 @@ class ModelVersion:
     # -- requests --------------------------------------------------------------------
 
     @property
+    def tensor_inputs(self) -> Mapping[str, TensorInput]:
+        """The inputs the model declares (model-config ``tensorInputs``)."""
+        return self._pool.tensor_inputs
+
+    @property
     def ready_workers(self) -> int:
         return sum(1 for w in self.workers if w.serving)
 

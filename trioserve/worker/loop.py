@@ -47,6 +47,7 @@ import outcome
 import trio
 
 from trioserve.collate import aligned_buffer
+from trioserve.core.errors import ServeError
 from trioserve.core.frames import Frame, FrameDecoder, FrameError, Kind, encode
 from trioserve.core.messages import (
     BatchReply,
@@ -56,9 +57,10 @@ from trioserve.core.messages import (
     encode_load_result,
     encode_reply,
 )
+from trioserve.worker import oip
 from trioserve.worker.batch import Entry, prepare, run_batch
 from trioserve.worker.cancellation import CancelBook
-from trioserve.worker.codec import decode_enabled
+from trioserve.worker.codec import decode_enabled, request_headers
 from trioserve.worker.connection import ServerConnection
 from trioserve.worker.context import Context
 from trioserve.worker.errors import PREDICTION_FAILED, load_error
@@ -341,6 +343,8 @@ class WorkerLoop:
             return error_reply(batch.batch_id, 503, "no model is loaded in this worker")
         channel = IntermediateChannel(batch.batch_id, self._send_from_thread)
         try:
+            if any(oip.is_oip(item) for item in batch.items):
+                return self._oip_reply(entry, context, batch, channel)
             data = prepare(
                 context,
                 batch.items,
@@ -355,6 +359,26 @@ class WorkerLoop:
             return error_reply(batch.batch_id, *PREDICTION_FAILED)
         finally:
             context.end_batch()
+
+    def _oip_reply(
+        self, entry: Entry, context: Context, batch: PendingBatch, channel: IntermediateChannel
+    ) -> BatchReply:
+        """A batch holding OIP requests: their inputs become rows (see ``worker/oip.py``)."""
+        try:
+            expanded = oip.expand(batch.items, self._decode)
+        except ServeError as error:
+            return error_reply(batch.batch_id, 400, error.message)
+        context.begin_batch(
+            [item.request_id for item in expanded.items],
+            [request_headers(item) for item in expanded.items],
+            cancel_check=self._cancels.is_cancelled,
+            channel=channel,
+            tensors=batch.tensors,
+        )
+        reply = run_batch(
+            oip.wrap_entry(entry, expanded), context, batch.batch_id, expanded.items, expanded.data
+        )
+        return oip.merge(reply, batch.items, expanded)
 
     def _metrics_frame(self, *, flush: bool = True) -> bytes:
         """A METRICS frame with the records since the last one; empty bytes when none, or

@@ -1,0 +1,213 @@
+"""The Open Inference Protocol over REST, end to end: a TorchServe-style handler in a real
+worker, driven by httpx and by tritonclient's HTTP client (JSON and binary tensors)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import ml_dtypes
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from tritonclient.utils import InferenceServerException
+
+from .server import Server
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(store, tmp_path_factory) -> Server:  # type: ignore[no-untyped-def]
+    workdir = tmp_path_factory.mktemp("oip")
+    server = Server(workdir, store, "oip=oip.mar")
+    server.start()
+    yield server
+    server.stop()
+    server.kill()
+
+
+def infer(server: Server, body: object, path: str = "/v2/models/oip/infer") -> httpx.Response:
+    return httpx.post(f"{server.url}{path}", content=json.dumps(body), timeout=30)
+
+
+def test_server_and_model_metadata_health_and_readiness(server: Server) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        meta = http.get("/v2").json()
+        assert meta["name"] == "trioserve" and "binary_tensor_data" in meta["extensions"]
+        assert http.get("/v2/health/live").status_code == 200
+        assert http.get("/v2/health/ready").status_code == 200
+        model = http.get("/v2/models/oip").json()
+        assert model["name"] == "oip" and model["versions"] == ["1.0"]
+        assert model["inputs"] == [] and model["outputs"] == []  # none declared: none invented
+        assert http.get("/v2/models/oip/versions/1.0").json()["name"] == "oip"
+        assert http.get("/v2/models/oip/ready").status_code == 200
+        assert http.get("/v2/models/oip/versions/1.0/ready").status_code == 200
+
+
+def test_json_inference_each_input_becomes_an_output(server: Server) -> None:
+    r = infer(
+        server,
+        {
+            "id": "r-1",
+            "inputs": [
+                {"name": "x", "shape": [2, 2], "datatype": "INT32", "data": [[1, 2], [3, 4]]},
+                {"name": "flag", "shape": [3], "datatype": "BOOL", "data": [True, False, True]},
+                {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["héllo"]},
+            ],
+        },
+    )
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["model_name"] == "oip" and answer["model_version"] == "1.0"
+    assert answer["id"] == "r-1"
+    outputs = {o["name"]: o for o in answer["outputs"]}
+    assert outputs["x"] == {"name": "x", "datatype": "INT64", "shape": [2, 2], "data": [2, 4, 6, 8]}
+    assert outputs["flag"]["data"] == [False, True, False]
+    assert outputs["text"]["data"] == ["olléh"]
+
+
+def test_outputs_can_be_selected_and_asked_for_as_binary(server: Server) -> None:
+    body = {
+        "inputs": [
+            {"name": "a", "shape": [2], "datatype": "FP32", "data": [1.5, 2.5]},
+            {"name": "b", "shape": [1], "datatype": "INT64", "data": [7]},
+        ],
+        "outputs": [{"name": "a", "parameters": {"binary_data": True}}],
+    }
+    r = infer(server, body)
+    assert r.status_code == 200, r.text
+    length = int(r.headers["Inference-Header-Content-Length"])
+    head = json.loads(r.content[:length])
+    (output,) = head["outputs"]
+    assert output["name"] == "a" and output["parameters"]["binary_data_size"] == 16
+    assert struct.unpack("<2d", r.content[length:]) == (3.0, 5.0)
+
+
+def test_binary_inputs_every_numeric_datatype(server: Server) -> None:
+    cases = {
+        "UINT8": np.array([1, 255], np.uint8),
+        "INT16": np.array([-3, 300], np.int16),
+        "UINT64": np.array([2**40], np.uint64),
+        "FP16": np.array([0.5, -2.0], np.float16),
+        "FP64": np.array([1e-3], np.float64),
+    }
+    for datatype, array in cases.items():
+        raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "v",
+                        "shape": list(array.shape),
+                        "datatype": datatype,
+                        "parameters": {"binary_data_size": len(raw)},
+                    }
+                ]
+            }
+        ).encode()
+        r = httpx.post(
+            f"{server.url}/v2/models/oip/infer",
+            content=header + raw,
+            headers={"Inference-Header-Content-Length": str(len(header))},
+            timeout=30,
+        )
+        assert r.status_code == 200, (datatype, r.text)
+        (output,) = r.json()["outputs"]
+        assert output["data"] == pytest.approx([float(v) * 2 for v in array]), datatype
+
+
+def test_bad_requests_get_oip_errors(server: Server) -> None:
+    cases = [
+        ("/v2/models/nope/infer", {"inputs": []}, 404, "nope"),
+        ("/v2/models/oip/versions/9/infer", {"inputs": []}, 404, "9"),
+        ("/v2/models/oip/infer", {"inputs": [{"name": "a", "shape": [2], "datatype": "FP32",
+                                              "data": [1]}]}, 400, "needs 2 elements"),
+        ("/v2/models/oip/infer", {"inputs": [{"name": "a", "shape": [1], "datatype": "FP99",
+                                              "data": [1]}]}, 400, "FP99"),
+        ("/v2/models/oip/infer", {"nothing": 1}, 400, "inputs"),
+    ]  # fmt: skip
+    for path, body, status, words in cases:
+        r = infer(server, body, path)
+        assert r.status_code == status, (path, body, r.text)
+        assert set(r.json()) == {"error"} and words in r.json()["error"], r.text
+    malformed = httpx.post(f"{server.url}/v2/models/oip/infer", content=b"{nope", timeout=30)
+    assert malformed.status_code == 400 and "error" in malformed.json()
+    sizes = httpx.post(
+        f"{server.url}/v2/models/oip/infer",
+        content=b'{"inputs":[{"name":"a","shape":[2],"datatype":"FP32",'
+        b'"parameters":{"binary_data_size":8}}]}' + b"\0" * 4,
+        headers={"Inference-Header-Content-Length": "76"},
+        timeout=30,
+    )
+    assert sizes.status_code == 400 and "error" in sizes.json()
+    assert httpx.get(f"{server.url}/v2/models/nope", timeout=30).status_code == 404
+
+
+def test_a_handler_failure_is_an_oip_error(server: Server) -> None:
+    r = infer(server, {"inputs": [{"name": "fail", "shape": [1], "datatype": "INT8", "data": [1]}]})
+    assert r.status_code >= 500 and set(r.json()) == {"error"}
+
+
+def test_concurrent_oip_requests_are_batched(server: Server) -> None:
+    body = {"inputs": [{"name": "batch", "shape": [1], "datatype": "INT8", "data": [0]}]}
+    with ThreadPoolExecutor(8) as pool:
+        sizes = list(pool.map(lambda _i: infer(server, body).json()["outputs"][0]["data"][0],
+                              range(32)))  # fmt: skip
+    assert max(sizes) > 1  # some requests shared a batch (batchSize 4)
+    assert max(sizes) <= 4
+
+
+def test_infer_stream_answers_server_sent_events(server: Server) -> None:
+    body = {"inputs": [{"name": "a", "shape": [2], "datatype": "INT32", "data": [1, 5]}]}
+    with httpx.stream(
+        "POST", f"{server.url}/v2/models/oip/infer_stream", content=json.dumps(body), timeout=30
+    ) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        text = r.read().decode()
+    events = [line for line in text.split("\n\n") if line]
+    assert len(events) == 1 and events[0].startswith("data: ")
+    assert json.loads(events[0][6:])["outputs"][0]["data"] == [2, 10]
+
+
+def test_tritonclient_http_json_and_binary(server: Server) -> None:
+    client = triton.InferenceServerClient(f"127.0.0.1:{server.port}")
+    try:
+        assert client.is_server_live() and client.is_server_ready()
+        assert client.is_model_ready("oip")
+        assert client.get_model_metadata("oip")["name"] == "oip"
+        for binary in (False, True):
+            values = np.array([[1.0, 2.0, 3.0]], np.float32)
+            tensor = triton.InferInput("input0", [1, 3], "FP32")
+            tensor.set_data_from_numpy(values, binary_data=binary)
+            words = triton.InferInput("words", [2], "BYTES")
+            words.set_data_from_numpy(np.array([b"ab", b"xyz"], dtype=object), binary_data=binary)
+            outputs = [
+                triton.InferRequestedOutput("input0", binary_data=binary),
+                triton.InferRequestedOutput("words", binary_data=binary),
+            ]
+            result = client.infer("oip", [tensor, words], outputs=outputs, request_id="t-1")
+            assert result.get_response()["id"] == "t-1"
+            np.testing.assert_allclose(result.as_numpy("input0"), values * 2)
+            words = [w if isinstance(w, bytes) else w.encode() for w in result.as_numpy("words")]
+            assert words == [b"ba", b"zyx"]  # JSON gives str, binary bytes
+        with pytest.raises(InferenceServerException, match="nope"):
+            client.get_model_metadata("nope")
+    finally:
+        client.close()
+
+
+def test_tritonclient_bf16_binary(server: Server) -> None:
+    client = triton.InferenceServerClient(f"127.0.0.1:{server.port}")
+    try:
+        tensor = triton.InferInput("h", [3], "BF16")
+        values = np.array([1.0, -2.5, 0.15625], dtype=ml_dtypes.bfloat16)
+        tensor.set_data_from_numpy(values, binary_data=True)
+        result = client.infer("oip", [tensor])
+        # The handler got the values as floats and answered floats (FP64 out).
+        np.testing.assert_allclose(result.as_numpy("h"), [2.0, -5.0, 0.3125])
+    finally:
+        client.close()

@@ -1,0 +1,100 @@
+"""How an OIP request travels to a worker and its outputs come back (trioserve-internal).
+
+An OIP inference request becomes an ordinary work item (``core/messages.WorkItem``): the
+header :data:`OIP_HEADER` marks it, and each input tensor is one parameter whose value is
+the tensor's binary form (little-endian, row-major: the frame carries it as a blob, never
+re-encoded) and whose content type carries the datatype and shape
+(:func:`tensor_param` / :func:`param_tensor`). The worker answers such a request with the
+outputs' binary forms concatenated as the reply body, described by the reply header
+:data:`OUTPUTS_HEADER` (``[[name, datatype, [dims...]], ...]`` as JSON;
+:func:`outputs_reply` / :func:`reply_outputs`). The adapters then encode the outputs in
+their own wire format (REST JSON or binary extension, gRPC typed or raw contents).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.messages import Param
+from trioserve.core.oip.datatypes import lookup_datatype
+from trioserve.core.oip.tensor import Tensor
+
+__all__ = [
+    "OIP_HEADER",
+    "OUTPUTS_HEADER",
+    "TENSOR_CONTENT_TYPE",
+    "is_tensor_param",
+    "outputs_reply",
+    "param_tensor",
+    "reply_outputs",
+    "tensor_param",
+]
+
+OIP_HEADER = "x-trioserve-oip"  # on a work item: its parameters are OIP input tensors
+OUTPUTS_HEADER = "x-trioserve-oip-outputs"  # on a reply: its body is these output tensors
+TENSOR_CONTENT_TYPE = "application/x-trioserve-tensor"
+
+
+def tensor_param(tensor: Tensor) -> Param:
+    """The work-item parameter carrying ``tensor``."""
+    shape = ",".join(str(dim) for dim in tensor.shape)
+    content_type = f"{TENSOR_CONTENT_TYPE}; datatype={tensor.datatype}; shape={shape}"
+    return Param(tensor.name, tensor.raw, content_type)
+
+
+def is_tensor_param(param: Param) -> bool:
+    return param.content_type is not None and param.content_type.startswith(TENSOR_CONTENT_TYPE)
+
+
+def param_tensor(param: Param) -> Tensor:
+    """The tensor a :func:`tensor_param` parameter carries."""
+    fields: dict[str, str] = {}
+    for part in (param.content_type or "").split(";")[1:]:
+        key, _, value = part.strip().partition("=")
+        fields[key] = value
+    shape = [int(dim) for dim in fields.get("shape", "").split(",") if dim]
+    return Tensor.from_raw(param.name, fields.get("datatype", ""), shape, param.value, role="input")
+
+
+def outputs_reply(outputs: Sequence[Tensor]) -> tuple[str, bytes]:
+    """The :data:`OUTPUTS_HEADER` value and the body of a reply carrying ``outputs``."""
+    described = [[t.name, t.datatype, list(t.shape)] for t in outputs]
+    return json.dumps(described, separators=(",", ":")), b"".join(bytes(t.raw) for t in outputs)
+
+
+def reply_outputs(headers: Mapping[str, str], body: bytes | bytearray | memoryview) -> list[Tensor]:
+    """The output tensors of a worker's reply (a reply without :data:`OUTPUTS_HEADER` is not
+    an OIP answer: INTERNAL)."""
+    described = headers.get(OUTPUTS_HEADER)
+    if described is None:
+        raise ServeError(ErrorKind.INTERNAL, "the worker's answer carries no OIP outputs")
+    view = memoryview(body).cast("B")
+    outputs: list[Tensor] = []
+    offset = 0
+    for name, datatype, shape in json.loads(described):
+        info = lookup_datatype(datatype)
+        if info.itemsize is not None:
+            count = 1
+            for dim in shape:
+                count *= dim
+            size = count * info.itemsize
+        else:  # BYTES: walk the length prefixes
+            size = _bytes_size(view[offset:], shape)
+        outputs.append(Tensor.from_raw(name, datatype, shape, view[offset : offset + size]))
+        offset += size
+    if offset != len(view):
+        raise ServeError(ErrorKind.INTERNAL, "the worker's OIP outputs do not add up to its body")
+    return outputs
+
+
+def _bytes_size(view: memoryview, shape: Sequence[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    offset = 0
+    for _ in range(count):
+        length = int.from_bytes(view[offset : offset + 4], "little")
+        offset += 4 + length
+    return offset

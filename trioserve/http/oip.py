@@ -1,0 +1,297 @@
+"""The Open Inference Protocol (KServe v2) over REST, on the inference port.
+
+A thin adapter onto the :class:`~trioserve.runtime.dataplane.Dataplane`, beside
+TorchServe's routes in the port's one route table (:data:`OIP_ROUTES`, part of
+``http/inference.ROUTES``). Every route is answered by :func:`answer` (the fast path calls
+it; the Quart views too, for the requests the fast path hands on): server and model
+metadata, liveness and readiness, ``infer`` / ``generate`` (one answer), ``infer_stream`` /
+``generate_stream`` (Server-Sent Events, one ``data:`` event per answer). Tensors are
+decoded and encoded by :mod:`trioserve.core.oip` (JSON and the binary tensor extension);
+they reach the worker as work items (:mod:`trioserve.core.oip.transport`).
+
+Every failure answers ``{"error": "..."}`` with the status of its kind (404 unknown model or
+version, 400 bad input, 503 not ready...), never a framework's own error page.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import trio
+
+from trioserve import __version__
+from trioserve.auth import KeyKind
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.messages import Reply
+from trioserve.core.oip import (
+    HEADER_LENGTH_HEADER,
+    InferRequest,
+    Tensor,
+    TensorMeta,
+    encode_infer_response,
+    error_body,
+    parse_header_length,
+    parse_infer_request,
+    raw_request,
+)
+from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, tensor_param
+from trioserve.core.request import InferenceRequest
+from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
+from trioserve.http.errors import http_status
+from trioserve.http.routes import Route
+from trioserve.runtime.dataplane import Call, Dataplane
+from trioserve.runtime.model import ModelVersion
+
+SERVER_NAME: Final = "trioserve"
+EXTENSIONS: Final = ("binary_tensor_data", "parameters")
+PLATFORM: Final = "pytorch_torchserve"
+JSON_TYPE: Final = "application/json"
+SSE_TYPE: Final = "text/event-stream; charset=utf-8"
+
+# torch dtype names of model-config ``tensorInputs`` -> OIP datatypes.
+_DATATYPES: Final = {
+    "bool": "BOOL",
+    "int8": "INT8",
+    "uint8": "UINT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "bfloat16": "BF16",
+    "float32": "FP32",
+    "float64": "FP64",
+}
+
+
+def _model_routes(suffix: str, endpoint: str, methods: frozenset[str]) -> list[Route]:
+    return [
+        Route(endpoint, f"/v2/models/<model_name>{suffix}", methods, KeyKind.INFERENCE, True),
+        Route(
+            endpoint,
+            f"/v2/models/<model_name>/versions/<model_version>{suffix}",
+            methods,
+            KeyKind.INFERENCE,
+            True,
+        ),
+    ]
+
+
+GET = frozenset({"GET"})
+POST = frozenset({"POST"})
+
+OIP_ROUTES: Final = [
+    Route("oip_server", "/v2", GET, KeyKind.INFERENCE, True),
+    Route("oip_live", "/v2/health/live", GET, KeyKind.INFERENCE, True),
+    Route("oip_ready", "/v2/health/ready", GET, KeyKind.INFERENCE, True),
+    *_model_routes("", "oip_model", GET),
+    *_model_routes("/ready", "oip_model_ready", GET),
+    *_model_routes("/infer", "oip_infer", POST),
+    *_model_routes("/generate", "oip_infer", POST),
+    *_model_routes("/infer_stream", "oip_infer_stream", POST),
+    *_model_routes("/generate_stream", "oip_infer_stream", POST),
+]
+OIP_ENDPOINTS: Final = frozenset(route.endpoint for route in OIP_ROUTES)
+
+
+def json_answer(status: int, value: object, headers: Iterable[tuple[str, str]] = ()) -> Answer:
+    body = json.dumps(value, separators=(",", ":")).encode()
+    return Answer(status, [*NO_CACHE_HEADERS.items(), ("Content-Type", JSON_TYPE), *headers], body)
+
+
+def oip_error(error: ServeError) -> Answer:
+    """``{"error": message}`` with the status of the error's kind."""
+    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", JSON_TYPE)]
+    if error.retry_after is not None:
+        headers.append(("Retry-After", str(error.retry_after)))
+    return Answer(http_status(error), headers, error_body(error.message))
+
+
+async def answer(
+    dataplane: Dataplane,
+    endpoint: str,
+    variables: Mapping[str, str],
+    headers: Iterable[tuple[bytes, bytes]],
+    body: bytes,
+) -> Answer:
+    """The answer to one OIP request (``endpoint`` from :data:`OIP_ROUTES`)."""
+    name = variables.get("model_name")
+    version = variables.get("model_version")
+    try:
+        if endpoint == "oip_server":
+            return json_answer(
+                200, {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
+            )
+        if endpoint == "oip_live":
+            return json_answer(200, {"live": True})
+        if endpoint == "oip_ready":
+            ready = dataplane.healthy()
+            return json_answer(200 if ready else 503, {"ready": ready})
+        assert name is not None
+        model = dataplane.model(name, version)
+        if endpoint == "oip_model":
+            return json_answer(200, model_metadata(dataplane, model))
+        if endpoint == "oip_model_ready":
+            ready = model.ready_workers > 0
+            return json_answer(200 if ready else 503, {"name": name, "ready": ready})
+        request = read_request(model, headers, body)
+        if endpoint == "oip_infer_stream":
+            return await infer_stream(dataplane, model, request)
+        return await infer(dataplane, model, request)
+    except ServeError as error:
+        return oip_error(error)
+
+
+def model_metadata(dataplane: Dataplane, model: ModelVersion) -> dict[str, Any]:
+    """Name, versions, platform and the declared inputs (none declared: empty lists)."""
+    return {
+        "name": model.name,
+        "versions": dataplane.versions(model.name),
+        "platform": PLATFORM,
+        "inputs": [
+            {"name": meta.name, "datatype": meta.datatype, "shape": list(meta.shape)}
+            for meta in declared_inputs(model)
+        ],
+        "outputs": [],
+    }
+
+
+def declared_inputs(model: ModelVersion) -> list[TensorMeta]:
+    """The model-config ``tensorInputs`` as OIP tensor metadata (-1: a dimension that
+    varies)."""
+    return [
+        TensorMeta(
+            spec.name,
+            _DATATYPES[spec.dtype],
+            (-1 if spec.first is None else spec.first, *spec.trailing),
+        )
+        for spec in model.tensor_inputs.values()
+    ]
+
+
+def read_request(
+    model: ModelVersion, headers: Iterable[tuple[bytes, bytes]], body: bytes
+) -> InferRequest:
+    length_header = HEADER_LENGTH_HEADER.lower().encode()
+    raw_length = next((v for k, v in headers if k == length_header), None)
+    length = parse_header_length(None if raw_length is None else raw_length.decode("latin-1"))
+    if length == 0:
+        inputs = declared_inputs(model)
+        if len(inputs) != 1:
+            raise ServeError(
+                ErrorKind.BAD_INPUT,
+                f"a raw binary request ({HEADER_LENGTH_HEADER}: 0) needs a model with exactly "
+                f"one declared input; model {model.name!r} declares {len(inputs)} "
+                "(model-config tensorInputs)",
+            )
+        return raw_request(body, inputs)
+    return parse_infer_request(body, header_length=length)
+
+
+def _submit(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Call:
+    return dataplane.submit(
+        InferenceRequest(
+            model=model.name,
+            version=model.version,
+            params=[tensor_param(tensor) for tensor in request.inputs],
+            headers=[(OIP_HEADER, "1")],
+        )
+    )
+
+
+def _outputs(reply: Reply) -> list[Tensor]:
+    """The output tensors of a reply (a handler's error status becomes the error)."""
+    if reply.status >= 400:
+        text = bytes(reply.body).decode("utf-8", "replace")
+        raise ServeError(ErrorKind.HANDLER_FAILED, text or reply.reason, code=reply.status)
+    return reply_outputs(reply.headers, reply.body)
+
+
+def _encoded(
+    model: ModelVersion, request: InferRequest, reply: Reply, *, binary: bool = True
+) -> tuple[bytes, int | None]:
+    return encode_infer_response(
+        model_name=model.name,
+        model_version=model.version,
+        id=request.id,
+        parameters=None,
+        outputs=_outputs(reply),
+        requested=request.outputs,
+        binary_default=request.binary_default and binary,
+    )
+
+
+async def infer(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
+    async with _submit(dataplane, model, request) as call:
+        final_reply: Reply | None = None
+        async for reply, final in call.replies():
+            if final:
+                final_reply = reply
+    if final_reply is None:
+        raise ServeError(ErrorKind.INTERNAL, "the model sent no final answer")
+    body, length = _encoded(model, request, final_reply)
+    extra: list[tuple[str, str]] = []
+    content_type = JSON_TYPE
+    if length is not None:
+        extra.append((HEADER_LENGTH_HEADER, str(length)))
+        content_type = "application/octet-stream"
+    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", content_type), *extra]
+    return Answer(200, headers, body)
+
+
+class EventStream:
+    """The SSE body of an ``infer_stream`` call: one ``data:`` event per answer; a failure
+    after the first event is an ``event: error`` with ``{"error": ...}``, then the stream
+    ends. Closing it cancels the call (the client went away)."""
+
+    def __init__(self, call: Call, model: ModelVersion, request: InferRequest) -> None:
+        self._call = call
+        self._model = model
+        self._request = request
+        self._done = False
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            reply, final = await self._call.next_reply()
+        except ServeError as error:
+            self._finish()
+            return _error_event(error)
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            self._finish()
+            raise StopAsyncIteration from None
+        if final:
+            self._finish()
+        try:
+            body, length = _encoded(self._model, self._request, reply, binary=False)
+        except ServeError as error:
+            self._finish()
+            return _error_event(error)
+        if length is not None:
+            self._finish()
+            return _error_event(
+                ServeError(ErrorKind.BAD_INPUT, "binary outputs cannot be streamed as events")
+            )
+        return b"data: " + body + b"\n\n"
+
+    def _finish(self) -> None:
+        self._done = True
+        self._call.cancel()
+
+    async def aclose(self) -> None:
+        self._finish()
+
+
+def _error_event(error: ServeError) -> bytes:
+    return b"event: error\ndata: " + error_body(error.message) + b"\n\n"
+
+
+async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
+    call = _submit(dataplane, model, request)
+    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", SSE_TYPE)]
+    return Answer(200, headers, EventStream(call, model, request))
