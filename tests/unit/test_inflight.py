@@ -312,11 +312,13 @@ def test_intermediate_replies_of_a_step_neither_end_nor_continue_a_job(
 ) -> None:
     (a,) = batch = jobs("a")
     steps.send(batch)
+    # Only the step's final reply says whether a request goes on.
+    assert steps.reply(step(1, answer("a", "true"), final=False)) is False
     assert steps.reply(step(1, answer("a"), final=False)) is False
     assert not steps.has_continuing and steps.job_count == 1 and len(steps) == 1
     assert steps.reply(step(1, answer("a", "true"))) is True
-    assert a.events == ["start", (b"a", False), (b"a", False)]
-    assert steps.take_continuing() == [a]
+    assert a.events == ["start", (b"a", False), (b"a", False), (b"a", False)]
+    assert steps.take_continuing() == [a]  # once
 
 
 def test_resumed_jobs_go_first_in_the_next_step_without_starting_again(

@@ -363,6 +363,232 @@ def test_closed_ids_are_remembered_up_to_a_bound_oldest_forgotten_first() -> Non
     assert "x" not in memory and len(memory) == 0
 
 
+# -- continuous batching: park, stream_done, take ------------------------------------------
+
+
+def test_a_parked_request_lets_its_sequences_next_request_join_the_running_batch() -> None:
+    policy = make(batch_size=2)
+    start(policy, "s", "a", "b")
+    assert policy.poll(0.0) == [Dispatch("w0", ("a",), ("s",))]
+    assert policy.take("w0", 1, 0.5) is None  # "a" is in flight: "b" waits
+    policy.park("s", 1.0)  # "a" answered "more to come": it goes on, "b" may go
+    assert policy.has_work
+    assert policy.take("w0", 1, 1.0) == Dispatch("w0", ("b",), ("s",))
+    # "a" (parked) and "b" both run; the next one waits for "b".
+    policy.submit("s", "c", 1.5)
+    assert policy.take("w0", 1, 1.5) is None
+    policy.done("s", 2.0)  # "b" answered, "a" still parked
+    assert policy.take("w0", 1, 2.0) == Dispatch("w0", ("c",), ("s",))
+
+
+def test_a_parked_sequence_gets_its_next_request_through_poll_too() -> None:
+    policy = make(batch_size=2)
+    start(policy, "s", "a")
+    policy.poll(0.0)
+    policy.park("s", 1.0)
+    policy.submit("s", "b", 1.5)  # queued after the park: ready at once
+    assert policy.next_wakeup(1.5) is None  # w0 is busy
+    policy.worker_idle("w0", 2.0)
+    assert policy.next_wakeup(2.0) == 2.0
+    assert policy.poll(2.0) == [Dispatch("w0", ("b",), ("s",))]
+
+
+def test_a_sequence_does_not_idle_while_it_has_a_parked_request() -> None:
+    policy = make(idle=5.0)
+    start(policy, "s", "a")
+    policy.poll(0.0)
+    policy.park("s", 1.0)
+    assert policy.next_wakeup(1.0) is None  # no idle clock while it streams
+    assert policy.poll(100.0) == [] and policy.is_open("s")
+    policy.stream_done("s", 100.0)  # nothing queued or in flight: idle from now
+    assert policy.next_wakeup(100.0) == 105.0
+    assert policy.poll(math.nextafter(105.0, 0.0)) == []
+    [expired] = policy.poll(105.0)
+    assert isinstance(expired, Expired)
+    assert (expired.sequence_id, expired.items, expired.reason) == ("s", (), CloseReason.IDLE)
+
+
+def test_a_sequence_idles_only_once_every_request_has_ended() -> None:
+    policy = make(idle=5.0, batch_size=2)
+    start(policy, "s", "a", "b")
+    policy.poll(0.0)
+    policy.park("s", 1.0)
+    assert policy.take("w0", 1, 1.0) == Dispatch("w0", ("b",), ("s",))
+    policy.park("s", 2.0)  # two parked streams
+    policy.submit("s", "c", 3.0)
+    assert policy.cancel("c", 4.0)  # nothing queued, but streams still run
+    assert policy.next_wakeup(4.0) is None
+    policy.stream_done("s", 10.0)
+    assert policy.next_wakeup(10.0) is None
+    policy.stream_done("s", 20.0)
+    assert policy.next_wakeup(20.0) == 25.0
+    assert policy.is_open("s")
+
+
+def test_a_request_answered_while_another_is_parked_does_not_idle_the_sequence() -> None:
+    policy = make(idle=5.0, batch_size=2)
+    start(policy, "s", "a", "b")
+    policy.poll(0.0)
+    policy.park("s", 1.0)
+    policy.take("w0", 1, 1.0)
+    policy.done("s", 2.0)  # "b" answered; "a" still streams
+    assert policy.next_wakeup(2.0) is None
+    assert policy.poll(50.0) == [] and policy.is_open("s")
+    policy.stream_done("s", 50.0)
+    assert policy.next_wakeup(50.0) == 55.0
+
+
+def test_stream_done_with_a_request_in_flight_leaves_the_sequence_busy() -> None:
+    policy = make(idle=5.0, batch_size=2)
+    start(policy, "s", "a", "b")
+    policy.poll(0.0)
+    policy.park("s", 1.0)
+    policy.take("w0", 1, 1.0)
+    policy.stream_done("s", 2.0)  # "a" ended; "b" still in flight
+    assert policy.next_wakeup(2.0) is None
+    policy.done("s", 3.0)
+    assert policy.next_wakeup(3.0) == 8.0
+
+
+def test_a_parked_sequence_still_closes_at_its_lifetime() -> None:
+    policy = make(lifetime=10.0, idle=1000.0)
+    start(policy, "s", "a", "b", "c")
+    policy.poll(0.0)
+    policy.park("s", 1.0)
+    [expired] = policy.poll(10.0)
+    assert isinstance(expired, Expired)
+    assert (expired.items, expired.reason) == (("b", "c"), CloseReason.LIFETIME)
+    policy.stream_done("s", 11.0)  # its stream ends later: ignored
+    assert policy.open_count == 0
+
+
+def test_park_and_stream_done_are_refused_out_of_turn_and_ignored_once_closed() -> None:
+    policy = make()
+    start(policy, "s", "a")
+    policy.open("t", 0.0)
+    with pytest.raises(ValueError, match="no request in flight"):
+        policy.park("t", 0.0)
+    with pytest.raises(ValueError, match="no parked request"):
+        policy.stream_done("t", 0.0)
+    policy.poll(0.0)
+    with pytest.raises(ValueError, match="no parked request"):
+        policy.stream_done("s", 0.0)  # in flight is not parked
+    policy.park("s", 1.0)
+    with pytest.raises(ValueError, match="no request in flight"):
+        policy.park("s", 1.0)  # parked already; nothing else in flight
+    with pytest.raises(ValueError, match="no request in flight"):
+        policy.done("s", 1.0)
+    policy.stream_done("s", 2.0)
+    with pytest.raises(ValueError, match="no parked request"):
+        policy.stream_done("s", 2.0)
+    assert policy.end("s", 3.0) == []
+    policy.park("s", 3.0)  # closed: both ignored
+    policy.stream_done("s", 3.0)
+    policy.park("never", 3.0)
+    policy.stream_done("never", 3.0)
+    assert policy.open_ids() == ["t"]
+
+
+def test_take_gives_up_to_room_heads_of_its_ready_sequences_oldest_ready_first() -> None:
+    policy = make(batch_size=4)
+    start(policy, "a", "a1", "a2", "a3")
+    start(policy, "b", "b1", "b2")
+    start(policy, "c", "c1", "c2")
+    assert policy.poll(0.0) == [Dispatch("w0", ("a1", "b1", "c1"), ("a", "b", "c"))]
+    for sid in ("c", "a", "b"):
+        policy.park(sid, 1.0)
+    assert policy.take("w0", 2, 1.0) == Dispatch("w0", ("c2", "a2"), ("c", "a"))
+    # One per sequence: "a3" waits for "a2".
+    assert policy.take("w0", 4, 1.0) == Dispatch("w0", ("b2",), ("b",))
+    assert policy.take("w0", 4, 1.0) is None
+    policy.park("a", 2.0)
+    assert policy.take("w0", 4, 2.0) == Dispatch("w0", ("a3",), ("a",))
+
+
+def test_take_never_gives_a_sequence_pinned_to_another_worker() -> None:
+    policy = make(batch_size=4, workers=2)
+    start(policy, "a", "a1", "a2")
+    start(policy, "b", "b1", "b2")
+    assert policy.poll(0.0) == [
+        Dispatch("w0", ("a1",), ("a",)),
+        Dispatch("w1", ("b1",), ("b",)),
+    ]
+    policy.park("a", 1.0)
+    policy.park("b", 1.0)
+    assert policy.take("w0", 4, 1.0) == Dispatch("w0", ("a2",), ("a",))
+    assert policy.take("w0", 4, 1.0) is None  # "b2" is ready, but lives on w1
+    assert policy.queued("b") == ["b2"]
+    assert policy.take("w1", 4, 1.0) == Dispatch("w1", ("b2",), ("b",))
+
+
+def test_take_pins_a_new_sequence_only_to_a_least_loaded_worker() -> None:
+    policy = make(batch_size=4, workers=2)
+    start(policy, "a", "a1")
+    start(policy, "b", "b1")
+    policy.poll(0.0)  # a on w0, b on w1: one pin each
+    start(policy, "c", "c1", now=1.0)
+    # A tie: the worker that takes wins it (it has room now).
+    assert policy.take("w1", 2, 1.0) == Dispatch("w1", ("c1",), ("c",))
+    assert (policy.pinned("w0"), policy.pinned("w1")) == (1, 2)
+    start(policy, "d", "d1", now=2.0)
+    assert policy.take("w1", 2, 2.0) is None  # w0 has fewer: "d" waits for it
+    assert policy.worker_of("d") is None and policy.has_work
+    assert policy.take("w0", 2, 2.0) == Dispatch("w0", ("d1",), ("d",))
+    assert policy.worker_of("d") == "w0"
+
+
+def test_take_counts_the_pins_it_makes_while_it_fills() -> None:
+    policy = make(batch_size=4, workers=0)
+    policy.worker_busy("w0", 0.0)
+    policy.worker_busy("w1", 0.0)
+    for sid in ("a", "b", "c"):
+        start(policy, sid, f"{sid}1")
+    # w0 takes "a" (a tie it wins), then w1 has fewer pins: "b" and "c" wait for w1.
+    assert policy.take("w0", 3, 0.0) == Dispatch("w0", ("a1",), ("a",))
+    assert policy.take("w1", 3, 0.0) == Dispatch("w1", ("b1", "c1"), ("b", "c"))
+
+
+def test_a_worker_that_takes_is_busy_and_out_of_polls_plan() -> None:
+    policy = make(batch_size=4)
+    start(policy, "a", "a1")
+    start(policy, "b", "b1")
+    assert policy.next_wakeup(0.0) == 0.0  # w0 is idle with work ready
+    assert policy.take("w0", 1, 0.0) == Dispatch("w0", ("a1",), ("a",))
+    assert policy.poll(0.0) == []  # "b1" is ready for w0, but w0 is busy
+    assert policy.next_wakeup(0.0) is None
+    policy.worker_idle("w0", 1.0)
+    assert policy.poll(1.0) == [Dispatch("w0", ("b1",), ("b",))]
+
+
+def test_take_with_no_room_or_nothing_ready_gives_none_and_the_worker_is_busy() -> None:
+    policy = make(batch_size=4)
+    start(policy, "a", "a1")
+    assert policy.take("w0", 0, 0.0) is None  # room 0
+    assert policy.poll(0.0) == [] and policy.queued("a") == ["a1"]
+    policy.worker_idle("w0", 1.0)
+    policy.end("a", 1.0)
+    assert policy.take("w0", 4, 1.0) is None  # nothing ready
+    start(policy, "b", "b1", now=2.0)
+    assert policy.poll(2.0) == [] and policy.next_wakeup(2.0) is None  # w0 is busy
+    assert policy.take("w0", 4, 2.0) == Dispatch("w0", ("b1",), ("b",))
+
+
+@pytest.mark.parametrize("room", [-1, True, 1.0, "2", None])
+def test_take_refuses_a_bad_room(room: object) -> None:
+    policy = make()
+    start(policy, "a", "a1")
+    with pytest.raises(ValueError, match="room must be an integer >= 0"):
+        policy.take("w0", room, 0.0)  # type: ignore[arg-type]
+    assert policy.queued("a") == ["a1"] and policy.worker_of("a") is None
+
+
+def test_take_refuses_time_going_backwards() -> None:
+    policy = make()
+    policy.open("a", 5.0)
+    with pytest.raises(ValueError, match="backwards"):
+        policy.take("w0", 1, 4.0)
+
+
 # -- arguments and time --------------------------------------------------------------------
 
 
@@ -419,6 +645,7 @@ def test_expiry_timers_drop_stale_timers_and_stay_small() -> None:
 class St(enum.Enum):
     QUEUED = "queued"
     DISPATCHED = "dispatched"
+    PARKED = "parked"  # answered "more to come": still in its worker's running batch
     RETURNED = "returned"  # handed back on end, expiry or worker loss
     CANCELLED = "cancelled"
     REFUSED = "refused"
@@ -430,6 +657,8 @@ class Seq:
     idle_since: float | None
     queue: list[int] = field(default_factory=list)
     in_flight: int | None = None
+    parked: list[int] = field(default_factory=list)  # continuous batching: its open streams
+    streamed: bool = False  # a request of it was ever parked
     worker: str | None = None
 
 
@@ -448,6 +677,13 @@ class SequenceMachine(RuleBasedStateMachine):
     worker the sequence is pinned to, or for a new pin to a least-loaded worker; a worker
     never skips a ready sequence of its own for a younger one, so each waits a bounded number
     of its worker's turns. Expiries are exactly those due. Every item ends exactly once.
+
+    Continuous batching: a request in flight may be parked (answered "more to come"): its
+    sequence's next request may then go while it streams, and the sequence is not idle until
+    its streams are done; ``take`` is checked as a dispatch to one worker with ``room`` slots.
+    A turn a ready sequence sits out is one whose slots all went to sequences ahead of it in
+    the ready order, each at most once, so the slots of the turns it sits out are bounded by
+    ``max_sequences - 1`` (for polls alone: ``(max_sequences - 1) // batch_size`` turns).
     """
 
     def __init__(self) -> None:
@@ -464,7 +700,8 @@ class SequenceMachine(RuleBasedStateMachine):
         self.ready: list[str] = []  # sequences with work queued and none in flight, in order
         self.idle: list[str] = []  # idle first, first
         self.known: set[str] = set()
-        self.skips: dict[str, int] = {}  # idle turns of its worker a ready sequence sat out
+        # The slots of its worker's turns (polls and takes) a ready sequence sat out.
+        self.skipped: dict[str, int] = {}
 
     @initialize(
         batch_size=st.integers(1, 4),
@@ -526,9 +763,11 @@ class SequenceMachine(RuleBasedStateMachine):
         for item in items:
             assert self.state[item] is St.QUEUED
             self.state[item] = St.RETURNED
+        for item in seq.parked:  # left to finish, as the one in flight
+            self.state[item] = St.DISPATCHED
         if sid in self.ready:
             self.ready.remove(sid)
-        self.skips.pop(sid, None)
+        self.skipped.pop(sid, None)
         if self.capacity:
             self.closed[sid] = reason
             self.closed.move_to_end(sid)
@@ -537,7 +776,7 @@ class SequenceMachine(RuleBasedStateMachine):
 
     def leave_ready(self, sid: str) -> None:
         self.ready.remove(sid)
-        self.skips.pop(sid, None)
+        self.skipped.pop(sid, None)
 
     # -- the policy under test -----------------------------------------------------------
 
@@ -549,6 +788,8 @@ class SequenceMachine(RuleBasedStateMachine):
         assert {e.sequence_id: e.reason for e in expired} == {s: r for s, (_, r) in due.items()}
         for decision in expired:
             event(f"expired {decision.reason.value}")
+            if self.open[decision.sequence_id].streamed:
+                event(f"expired {decision.reason.value} after streaming")
             assert f'"{decision.sequence_id}"' in decision.message
             self.close(decision.sequence_id, decision.reason, decision.items)
         ready = list(self.ready)
@@ -561,55 +802,75 @@ class SequenceMachine(RuleBasedStateMachine):
             worker = decision.worker
             assert worker in idle and worker not in served, "not an idle worker"
             served.add(worker)
-            assert 1 <= len(decision.items) <= self.batch_size
-            assert len(set(decision.sequence_ids)) == len(decision.items), "two of a sequence"
-            positions = [ready.index(sid) for sid in decision.sequence_ids]
-            assert positions == sorted(positions), "not oldest ready first"
-            for item, sid, position in zip(
-                decision.items, decision.sequence_ids, positions, strict=True
-            ):
-                seq = self.open[sid]
-                assert seq.in_flight is None, "two requests of a sequence in flight"
-                assert seq.queue[0] == item, "out of order"
-                assert seq.worker in (None, worker), "not its pinned worker"
-                if seq.worker is None:
-                    new_pins.append((position, worker))
-                    event("pinned")
-            # No ready sequence of this worker is skipped for a younger one.
-            left = [s for s in ready if self.open[s].worker == worker]
-            left = [s for s in left if s not in decision.sequence_ids]
-            if left:
-                assert len(decision.items) == self.batch_size
-                assert ready.index(left[0]) > max(positions)
-            event(f"dispatch of {len(decision.items)}")
+            self.check_dispatch(decision, self.batch_size, ready, new_pins)
         for worker in set(idle) - served:
             assert not any(self.open[s].worker == worker for s in ready), "idle beside work"
-        # A new pin goes to a worker with the fewest pins at that point of the ready order.
+        self.check_pins(new_pins, before)
+        for decision in decisions[len(expired) :]:
+            assert isinstance(decision, Dispatch)
+            self.idle.remove(decision.worker)
+            self.apply_dispatch(decision)
+        self.count_skips(ready, dict.fromkeys(idle, self.batch_size))
+        return list(decisions)
+
+    def check_dispatch(
+        self,
+        decision: Dispatch[int, str],
+        room: int,
+        ready: list[str],
+        new_pins: list[tuple[int, str]],
+    ) -> None:
+        """A batch to a worker with ``room`` slots, against the ready order before it."""
+        worker = decision.worker
+        assert 1 <= len(decision.items) <= room
+        assert len(set(decision.sequence_ids)) == len(decision.items), "two of a sequence"
+        positions = [ready.index(sid) for sid in decision.sequence_ids]
+        assert positions == sorted(positions), "not oldest ready first"
+        for item, sid, position in zip(
+            decision.items, decision.sequence_ids, positions, strict=True
+        ):
+            seq = self.open[sid]
+            assert seq.in_flight is None, "two requests of a sequence in flight"
+            assert seq.queue[0] == item, "out of order"
+            assert seq.worker in (None, worker), "not its pinned worker"
+            if seq.worker is None:
+                new_pins.append((position, worker))
+                event("pinned")
+        # No ready sequence of this worker is skipped for a younger one.
+        left = [s for s in ready if self.open[s].worker == worker]
+        left = [s for s in left if s not in decision.sequence_ids]
+        if left:
+            assert len(decision.items) == room
+            assert ready.index(left[0]) > max(positions)
+        event(f"dispatch of {len(decision.items)}")
+
+    def check_pins(self, new_pins: list[tuple[int, str]], before: dict[str, int]) -> None:
+        """A new pin goes to a worker with the fewest pins at that point of the ready order."""
         for position, worker in new_pins:
 
             def load(w: str, position: int = position) -> int:
                 return before[w] + sum(p < position and v == w for p, v in new_pins)
 
             assert all(load(worker) <= load(other) for other in self.known), "unbalanced pin"
-        # Apply.
-        for decision in decisions[len(expired) :]:
-            assert isinstance(decision, Dispatch)
-            self.idle.remove(decision.worker)
-            for item, sid in zip(decision.items, decision.sequence_ids, strict=True):
-                seq = self.open[sid]
-                seq.queue.pop(0)
-                seq.in_flight = item
-                seq.worker = decision.worker
-                self.state[item] = St.DISPATCHED
-                self.leave_ready(sid)
-        # Bounded waiting: a ready sequence sits out few idle turns of its worker.
+
+    def apply_dispatch(self, decision: Dispatch[int, str]) -> None:
+        for item, sid in zip(decision.items, decision.sequence_ids, strict=True):
+            seq = self.open[sid]
+            seq.queue.pop(0)
+            seq.in_flight = item
+            seq.worker = decision.worker
+            self.state[item] = St.DISPATCHED
+            self.leave_ready(sid)
+
+    def count_skips(self, ready: list[str], turns: dict[str, int]) -> None:
+        """Bounded waiting: the slots of the turns (worker -> its slots) a ready sequence of
+        that worker sat out all went to sequences ahead of it, each once."""
         for sid in ready:
             seq = self.open.get(sid)
-            if seq is not None and sid in self.ready and seq.worker in idle:
-                self.skips[sid] = self.skips.get(sid, 0) + 1
+            if seq is not None and sid in self.ready and seq.worker in turns:
+                self.skipped[sid] = self.skipped.get(sid, 0) + turns[seq.worker]
                 event("ready sequence sat out a turn")
-                assert self.skips[sid] <= (self.max_sequences - 1) // self.batch_size
-        return list(decisions)
+                assert self.skipped[sid] <= self.max_sequences - 1, "starved"
 
     def check_wakeup(self) -> float | None:
         wake = self.policy.next_wakeup(self.now)
@@ -695,7 +956,7 @@ class SequenceMachine(RuleBasedStateMachine):
         if not seq.queue:
             if sid in self.ready:
                 self.leave_ready(sid)
-            if seq.in_flight is None:
+            if seq.in_flight is None and not seq.parked:
                 seq.idle_since = self.now
 
     @rule(data=st.data())
@@ -708,13 +969,103 @@ class SequenceMachine(RuleBasedStateMachine):
                 self.policy.done(sid, self.now)
             return
         self.policy.done(sid, self.now)
-        if seq is None:
-            return
+        if seq is not None:
+            self.answered(sid)
+
+    def answered(self, sid: str) -> None:
+        """The model of ``done``: the request in flight ended."""
+        seq = self.open[sid]
+        assert seq.in_flight is not None
         seq.in_flight = None
         if seq.queue:
             self.ready.append(sid)
-        else:
+        elif not seq.parked:
             seq.idle_since = self.now
+
+    @rule(data=st.data())
+    def park(self, data: st.DataObject) -> None:
+        """Continuous batching: a request in flight was answered "more to come"."""
+        busy = [s for s, seq in self.open.items() if seq.in_flight is not None]
+        sid = data.draw(st.sampled_from(busy) if busy else st.sampled_from(self.ids()))
+        seq = self.open.get(sid)
+        if seq is not None and seq.in_flight is None:
+            with pytest.raises(ValueError, match="no request in flight"):
+                self.policy.park(sid, self.now)
+            return
+        self.policy.park(sid, self.now)  # ignored once closed
+        if seq is not None:
+            self.parked(sid)
+
+    def parked(self, sid: str) -> None:
+        """The model of ``park``: the request in flight streams on; the next may go."""
+        seq = self.open[sid]
+        assert seq.in_flight is not None
+        self.state[seq.in_flight] = St.PARKED
+        seq.parked.append(seq.in_flight)
+        seq.in_flight = None
+        seq.streamed = True
+        if seq.queue:
+            self.ready.append(sid)
+        event("parked")
+
+    @rule(data=st.data())
+    def stream_done(self, data: st.DataObject) -> None:
+        """Continuous batching: a parked request ended."""
+        streaming = [s for s, seq in self.open.items() if seq.parked]
+        sid = data.draw(st.sampled_from(streaming) if streaming else st.sampled_from(self.ids()))
+        seq = self.open.get(sid)
+        if seq is not None and not seq.parked:
+            with pytest.raises(ValueError, match="no parked request"):
+                self.policy.stream_done(sid, self.now)
+            return
+        self.policy.stream_done(sid, self.now)  # ignored once closed
+        if seq is not None:
+            self.stream_ended(sid, data.draw(st.integers(0, len(seq.parked) - 1)))
+
+    def stream_ended(self, sid: str, index: int) -> None:
+        """The model of ``stream_done``: one of the sequence's parked requests ended."""
+        seq = self.open[sid]
+        self.state[seq.parked.pop(index)] = St.DISPATCHED
+        if not seq.parked and seq.in_flight is None and not seq.queue:
+            seq.idle_since = self.now
+        event("stream done")
+
+    @rule(worker=st.sampled_from(WORKERS), data=st.data())
+    def take(self, worker: str, data: st.DataObject) -> None:
+        """Continuous batching: ``worker`` starts a step with ``room`` free slots."""
+        room = data.draw(st.integers(0, self.batch_size), label="room")
+        ready = list(self.ready)
+        self.known.add(worker)
+        before = {w: self.pins(w) for w in self.known}
+        decision = self.policy.take(worker, room, self.now)
+        if worker in self.idle:
+            self.idle.remove(worker)
+        new_pins: list[tuple[int, str]] = []
+        taken: tuple[str, ...] = ()
+        if decision is not None:
+            assert decision.worker == worker
+            self.check_dispatch(decision, room, ready, new_pins)
+            taken = decision.sequence_ids
+            event(f"take of {len(decision.items)}")
+        else:
+            event("take of none")
+        self.check_pins(new_pins, before)
+        if room and len(taken) < room:
+            # Room left: nothing ready of its own was left, nor a new sequence it is a
+            # least-loaded worker for (at that point of the ready order; it wins ties).
+            for position, sid in enumerate(ready):
+                if sid in taken:
+                    continue
+                owner = self.open[sid].worker
+                assert owner != worker, "a ready sequence of its own left"
+                if owner is None:
+                    mine = before[worker] + sum(p < position for p, _ in new_pins)
+                    assert any(before[w] < mine for w in self.known if w != worker), (
+                        "a new sequence left beside a least-loaded worker with room"
+                    )
+        if decision is not None:
+            self.apply_dispatch(decision)
+        self.count_skips(ready, {worker: room})
 
     @rule(data=st.data())
     def end(self, data: st.DataObject) -> None:
@@ -793,8 +1144,9 @@ class SequenceMachine(RuleBasedStateMachine):
         self.check_wakeup()
 
     def teardown(self) -> None:
-        """Liveness: while every worker keeps becoming idle and answering, every queued item
-        is dispatched within a bounded number of rounds; then every item ended once."""
+        """Liveness: while every worker keeps becoming idle and answering (or answering "more
+        to come", every other round), every queued item is dispatched within a bounded
+        number of rounds; then the streams end, and every item ended once."""
         if not self.known:
             self.worker_idle("w0")
         rounds = 0
@@ -802,16 +1154,27 @@ class SequenceMachine(RuleBasedStateMachine):
             rounds += 1
             assert rounds <= self.max_sequences * self.max_queue, "starved"
             for sid in [s for s, q in self.open.items() if q.in_flight is not None]:
-                self.policy.done(sid, self.now)
-                seq = self.open[sid]
-                seq.in_flight = None
-                if seq.queue:
-                    self.ready.append(sid)
+                if rounds % 2:
+                    self.policy.park(sid, self.now)
+                    self.parked(sid)
                 else:
-                    seq.idle_since = self.now
+                    self.policy.done(sid, self.now)
+                    self.answered(sid)
             for worker in sorted(self.known):
                 self.worker_idle(worker)
             self.do_poll(self.now)
+            self.check_wakeup()
+        # The last requests are answered, then the streams end one at a time: a sequence
+        # idles only after its last.
+        for sid in [s for s, q in self.open.items() if q.in_flight is not None]:
+            self.policy.done(sid, self.now)
+            self.answered(sid)
+        self.check_wakeup()
+        for sid, seq in self.open.items():
+            while seq.parked:
+                self.policy.stream_done(sid, self.now)
+                self.stream_ended(sid, 0)
+                self.check_wakeup()
         assert set(self.state.values()) <= {
             St.DISPATCHED,
             St.RETURNED,
@@ -823,6 +1186,6 @@ class SequenceMachine(RuleBasedStateMachine):
 
 
 SequenceMachine.TestCase.settings = settings(
-    max_examples=250, stateful_step_count=50, deadline=None
+    max_examples=300, stateful_step_count=50, deadline=None
 )
 test_sequence_policy_state_machine = SequenceMachine.TestCase
