@@ -1189,3 +1189,18 @@ SequenceMachine.TestCase.settings = settings(
     max_examples=300, stateful_step_count=50, deadline=None
 )
 test_sequence_policy_state_machine = SequenceMachine.TestCase
+
+
+def test_take_is_capped_at_the_batch_size_and_a_refused_room_changes_nothing() -> None:
+    policy: SequencePolicy[str, str] = SequencePolicy(
+        batch_size=2, max_sequences=8, max_queue_per_sequence=4
+    )
+    policy.worker_idle("w", 0.0)
+    for n in range(3):
+        sequence_id, _ = policy.open(None, 0.0)
+        policy.submit(sequence_id, f"r{n}", 0.0)
+    with pytest.raises(ValueError, match="room"):
+        policy.take("w", -1, 0.0)
+    assert policy.next_wakeup(0.0) == 0.0  # still idle, with work for it
+    taken = policy.take("w", 5, 0.0)
+    assert taken is not None and taken.items == ("r0", "r1")  # never more than batch_size

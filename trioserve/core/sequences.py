@@ -346,12 +346,14 @@ class SequencePolicy(Generic[T, W]):
 
     def take(self, worker: W, room: int, now: float) -> Dispatch[T, W] | None:
         """Continuous batching: ``worker`` starts the next step of its running batch now and
-        has ``room`` free slots. It takes at once (no waiting) what an idle worker with that
-        much room would get, and is busy. None when nothing is ready for it; expiries found
-        meanwhile are left for :meth:`poll`."""
-        self.worker_busy(worker, now)
+        has ``room`` free slots (at most ``batch_size`` count). It takes at once (no waiting)
+        what an idle worker with that much room would get, and is busy. None when nothing is
+        ready for it; expiries found meanwhile are left for :meth:`poll`. A refused ``room``
+        changes nothing."""
         if isinstance(room, bool) or not isinstance(room, int) or room < 0:
             raise ValueError(f"room must be an integer >= 0, not {room!r}")
+        self.worker_busy(worker, now)
+        room = min(room, self._batch_size)
         batch = self._plan({worker: room}).get(worker) if room else None
         return self._dispatch(worker, batch) if batch else None
 

@@ -100,12 +100,24 @@ def json_answer(status: int, value: object, headers: Iterable[tuple[str, str]] =
     return Answer(status, [*NO_CACHE_HEADERS.items(), ("Content-Type", JSON_TYPE), *headers], body)
 
 
+def oip_status(error: ServeError) -> int:
+    """The status of ``error`` for an OIP client: as on the rest of the port, except that a
+    handler's exception is 500 (what KServe, Triton and MLServer answer), not TorchServe's
+    503 "Prediction failed", which tells a KServe client to retry."""
+    if error.kind is ErrorKind.HANDLER_FAILED and (error.code, error.message) == (
+        503,
+        "Prediction failed",
+    ):
+        return 500
+    return http_status(error)
+
+
 def oip_error(error: ServeError) -> Answer:
     """``{"error": message}`` with the status of the error's kind."""
     headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", JSON_TYPE)]
     if error.retry_after is not None:
         headers.append(("Retry-After", str(error.retry_after)))
-    return Answer(http_status(error), headers, error_body(error.message))
+    return Answer(oip_status(error), headers, error_body(error.message))
 
 
 async def answer(
