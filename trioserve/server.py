@@ -44,6 +44,7 @@ from trioserve.core.model_settings import ServerDefaults
 from trioserve.grpc.bridge import GrpcListener, serve_grpc
 from trioserve.grpc.inference import InferenceRpcs
 from trioserve.grpc.management import ManagementRpcs
+from trioserve.grpc.oip import oip_service
 from trioserve.http.errors import error_answer
 from trioserve.http.front import FastPath, Front, FrontSettings
 from trioserve.http.inference import create_inference_app, fast_path
@@ -218,12 +219,13 @@ def http_service(
 def grpc_listeners(
     config: ServerConfig, dataplane: Dataplane, management: ManagementService
 ) -> list[GrpcListener]:
-    """TorchServe's gRPC inference (7070) and management (7071) services."""
+    """TorchServe's gRPC inference (7070) and management (7071) services; the Open
+    Inference Protocol's ``inference.GRPCInferenceService`` beside the inference one."""
     return [
         GrpcListener(
             "grpc_inference",
             (config.grpc_inference_address, config.grpc_inference_port),
-            [InferenceRpcs(dataplane)],
+            [InferenceRpcs(dataplane), oip_service(dataplane, config.oip_grpc_stream_shape)],
         ),
         GrpcListener(
             "grpc_management",

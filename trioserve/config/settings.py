@@ -25,6 +25,11 @@ trioserve-only keys:
 ``max_workers_per_model`` (0 = four per CPU)
     The most workers one model version may be scaled to; a register or scale call asking
     for more is refused with 400 instead of starting that many processes.
+``oip_grpc_stream_shape`` (``mlserver``)
+    The messages the gRPC ``inference.GRPCInferenceService/ModelStreamInfer`` answers with:
+    ``mlserver`` (``ModelInferResponse``, what MLServer's stubs decode; an error ends the
+    stream with its status) or ``triton`` (``ModelStreamInferResponse``, what tritonclient's
+    ``start_stream`` decodes; an error is answered in-band and the stream stays open).
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ from typing import Any, Final
 
 from trioserve.config.addresses import LOOPBACK, Address
 
-__all__ = ["METRICS_MODES", "CliOptions", "ServerConfig", "no_models"]
+__all__ = ["METRICS_MODES", "OIP_GRPC_STREAM_SHAPES", "CliOptions", "ServerConfig", "no_models"]
 
 METRICS_MODES: Final = ("log", "prometheus", "legacy")
+OIP_GRPC_STREAM_SHAPES: Final = ("mlserver", "triton")
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,8 @@ class ServerConfig:
     worker_stop_grace_seconds: float = 5.0
     key_file: Path | None = None
     max_unpacked_archive_bytes: int = 4 << 30
+    #: ModelStreamInfer's response messages: "mlserver" or "triton"
+    oip_grpc_stream_shape: str = "mlserver"
     # provenance
     config_file: Path | None = None
     unknown_keys: tuple[str, ...] = ()

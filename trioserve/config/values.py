@@ -18,7 +18,7 @@ from typing import Any
 
 from trioserve.config.addresses import LOOPBACK, Address, check_host, parse_address
 from trioserve.config.errors import bad_value
-from trioserve.config.settings import METRICS_MODES, no_models
+from trioserve.config.settings import METRICS_MODES, OIP_GRPC_STREAM_SHAPES, no_models
 
 __all__ = ["RawValue", "Values"]
 
@@ -179,6 +179,21 @@ class Values:
                 key,
                 item.value,
                 "is not a metrics mode: expected log, prometheus or legacy",
+                item.origin,
+            )
+        return value
+
+    def oip_grpc_stream_shape(self) -> str:
+        key = "oip_grpc_stream_shape"
+        item = self.raw.get(key)
+        if item is None:
+            return "mlserver"
+        value = item.value.strip().lower()
+        if value not in OIP_GRPC_STREAM_SHAPES:
+            raise bad_value(
+                key,
+                item.value,
+                "is not a ModelStreamInfer response shape: expected mlserver or triton",
                 item.origin,
             )
         return value

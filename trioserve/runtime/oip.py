@@ -1,0 +1,141 @@
+"""What every Open Inference Protocol adapter (REST, gRPC) does the same way, sans protocol.
+
+The server's and a model's metadata, the model's declared inputs as OIP tensor metadata,
+submitting a request's input tensors to the :class:`~trioserve.runtime.dataplane.Dataplane`
+(each tensor one handler input, the work item marked with ``OIP_HEADER``) and turning a
+reply back into output tensors. The adapters only decode and encode their wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from trioserve import __version__
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.messages import Reply
+from trioserve.core.oip.raw import TensorMeta
+from trioserve.core.oip.tensor import Tensor
+from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, tensor_param
+from trioserve.core.request import InferenceRequest
+from trioserve.runtime.dataplane import Call, Dataplane
+from trioserve.runtime.model import ModelVersion
+
+SERVER_NAME: Final = "trioserve"
+SERVER_VERSION: Final = __version__
+PLATFORM: Final = "pytorch_torchserve"
+
+# torch dtype names of model-config ``tensorInputs`` -> OIP datatypes.
+DATATYPES_BY_DTYPE: Final = {
+    "bool": "BOOL",
+    "int8": "INT8",
+    "uint8": "UINT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "float16": "FP16",
+    "bfloat16": "BF16",
+    "float32": "FP32",
+    "float64": "FP64",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """A model's OIP metadata: name, versions, platform, declared inputs and outputs."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMeta]
+    outputs: list[TensorMeta]
+
+
+def declared_inputs(model: ModelVersion) -> list[TensorMeta]:
+    """The model-config ``tensorInputs`` as OIP tensor metadata (-1: a dimension that
+    varies)."""
+    return [
+        TensorMeta(
+            spec.name,
+            DATATYPES_BY_DTYPE[spec.dtype],
+            (-1 if spec.first is None else spec.first, *spec.trailing),
+        )
+        for spec in model.tensor_inputs.values()
+    ]
+
+
+def model_metadata(dataplane: Dataplane, model: ModelVersion) -> ModelMetadata:
+    """Name, versions, platform and the declared inputs (none declared: empty lists; the
+    outputs are never declared)."""
+    return ModelMetadata(
+        name=model.name,
+        versions=dataplane.versions(model.name),
+        platform=PLATFORM,
+        inputs=declared_inputs(model),
+        outputs=[],
+    )
+
+
+def submit(
+    dataplane: Dataplane,
+    model: ModelVersion,
+    inputs: Sequence[Tensor],
+    *,
+    deadline: float | None = None,
+) -> Call:
+    """Queue one OIP request: each input tensor becomes one handler input."""
+    return dataplane.submit(
+        InferenceRequest(
+            model=model.name,
+            version=model.version,
+            params=[tensor_param(tensor) for tensor in inputs],
+            headers=[(OIP_HEADER, "1")],
+            deadline=deadline,
+        )
+    )
+
+
+def outputs_of(reply: Reply) -> list[Tensor]:
+    """The output tensors of a reply (a handler's error status becomes the error)."""
+    if reply.status >= 400:
+        text = bytes(reply.body).decode("utf-8", "replace")
+        raise ServeError(ErrorKind.HANDLER_FAILED, text or reply.reason, code=reply.status)
+    return reply_outputs(reply.headers, reply.body)
+
+
+async def final_outputs(call: Call) -> list[Tensor]:
+    """Read every reply of ``call`` and return the final reply's output tensors."""
+    async with call:
+        final_reply: Reply | None = None
+        async for reply, final in call.replies():
+            if final:
+                final_reply = reply
+    if final_reply is None:
+        raise ServeError(ErrorKind.INTERNAL, "the model sent no final answer")
+    return outputs_of(final_reply)
+
+
+def is_handler_exception(error: ServeError) -> bool:
+    """Whether ``error`` is TorchServe's 503 "Prediction failed" for a handler's exception,
+    which an OIP client must see as an internal error (500, INTERNAL), not as a reason to
+    retry."""
+    return error.kind is ErrorKind.HANDLER_FAILED and (error.code, error.message) == (
+        503,
+        "Prediction failed",
+    )
+
+
+__all__ = [
+    "DATATYPES_BY_DTYPE",
+    "PLATFORM",
+    "SERVER_NAME",
+    "SERVER_VERSION",
+    "ModelMetadata",
+    "declared_inputs",
+    "final_outputs",
+    "is_handler_exception",
+    "model_metadata",
+    "outputs_of",
+    "submit",
+]
