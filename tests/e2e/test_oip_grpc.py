@@ -40,12 +40,14 @@ def server(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="module")
 def triton_server(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A server set to answer ModelStreamInfer in Triton's shape."""
+    """A server set to answer ModelStreamInfer in Triton's shape, with token authorization
+    and a small message size limit."""
     server = Server(
         tmp_path_factory.mktemp("oip-grpc-triton"),
         store,
         "oip=oip.mar",
-        properties={"oip_grpc_stream_shape": "triton"},
+        properties={"oip_grpc_stream_shape": "triton", "max_request_size": "65536"},
+        tokens=True,
     )
     server.start()
     yield server
@@ -80,6 +82,10 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=60,
     )
     return out
+
+
+def grpc_auth(server: Server, kind: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {server.key(kind)}"}
 
 
 def run_grpcio(stubs: Path, server: Server, scenario: str) -> Any:
@@ -187,7 +193,10 @@ def test_bad_raw_inputs_are_invalid_argument(client: Any) -> None:
 def test_triton_stream_shape_answers_in_order_with_in_band_errors(triton_server: Server) -> None:
     client = triton.InferenceServerClient(triton_server.grpc_target)
     answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    client.start_stream(
+        callback=lambda result, error: answers.put((result, error)),
+        headers=grpc_auth(triton_server, "inference"),
+    )
     try:
         for index, model in enumerate(["oip", "nope", "oip", "oip"]):
             x = triton.InferInput("x", [2], "FP32")
@@ -202,6 +211,28 @@ def test_triton_stream_shape_answers_in_order_with_in_band_errors(triton_server:
     (result, error), *_ = [item for item in got if item[1] is not None]
     assert result is None and "nope" in error.message()
     assert got[1][1] is not None  # the error is answered in its turn
+
+
+def test_token_and_message_size_limit(triton_server: Server) -> None:
+    client = triton.InferenceServerClient(triton_server.grpc_target)
+    try:
+        x = triton.InferInput("x", [1], "INT64")
+        x.set_data_from_numpy(np.array([21], np.int64))
+        for headers in ({}, grpc_auth(triton_server, "management")):
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer("oip", [x], headers=headers)
+            assert caught.value.status() == "StatusCode.UNAUTHENTICATED"
+        inference = grpc_auth(triton_server, "inference")
+        assert client.is_server_live(headers=inference)
+        assert client.infer("oip", [x], headers=inference).as_numpy("x").tolist() == [42]
+        big = triton.InferInput("big", [20000], "FP32")
+        big.set_data_from_numpy(np.zeros(20000, np.float32))
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("oip", [big], headers=inference)
+        assert caught.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        assert "max_request_size" in caught.value.message()
+    finally:
+        client.close()
 
 
 # -- grpcio stubs compiled from proto/grpc_predict_v2.proto ------------------------------
