@@ -1,4 +1,5 @@
-"""The OpenAPI documents of the inference, management and metrics APIs."""
+"""The OpenAPI documents of the inference, management and metrics APIs, and of the Open
+Inference Protocol's REST routes (served on the inference port beside TorchServe's)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from openapi_spec_validator import OpenAPIV30SpecValidator, validate
 from trioserve.http.openapi import (
     DOCUMENT_FILES,
     OPENAPI_VERSION,
-    TITLE,
+    TITLES,
     VERSION_PLACEHOLDER,
     documented_routes,
     documents_folder,
     inference_document,
     management_document,
     metrics_document,
+    oip_document,
     werkzeug_rule_to_openapi,
 )
 
@@ -61,20 +63,62 @@ MANAGEMENT_ROUTES = {
 
 METRICS_ROUTES = {("OPTIONS", "/"), ("GET", "/metrics")}
 
+OIP_MODEL_PATHS = ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{model_version}")
+OIP_INFER_PATHS = tuple(
+    f"{model}/{action}"
+    for model in OIP_MODEL_PATHS
+    for action in ("infer", "generate", "infer_stream", "generate_stream")
+)
+OIP_ROUTES = (
+    {
+        ("GET", "/v2"),
+        ("GET", "/v2/health/live"),
+        ("GET", "/v2/health/ready"),
+        ("GET", "/v2/docs/dataplane.json"),
+    }
+    | {("GET", path) for path in OIP_MODEL_PATHS}
+    | {("GET", f"{path}/ready") for path in OIP_MODEL_PATHS}
+    | {("POST", path) for path in OIP_INFER_PATHS}
+)
+DATATYPES = [
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BF16",
+    "BYTES",
+]
+
 BUILDERS: dict[str, Callable[[str], dict[str, Any]]] = {
     "inference": inference_document,
     "management": management_document,
     "metrics": metrics_document,
+    "oip": oip_document,
 }
 EXPECTED_ROUTES = {
     "inference": INFERENCE_ROUTES,
     "management": MANAGEMENT_ROUTES,
     "metrics": METRICS_ROUTES,
+    "oip": OIP_ROUTES,
 }
-UNSECURED = {("OPTIONS", "/"), ("GET", "/api-description")}
+UNSECURED = {("OPTIONS", "/"), ("GET", "/api-description"), ("GET", "/v2/docs/dataplane.json")}
 
-# Error-status responses whose body is not the shared Error schema.
-NON_ERROR_BODIES = {("inference", "/ping", "500")}
+# Error-status responses whose body is not the document's Error schema: the readiness
+# answers say "not ready" with the readiness body, not as an error.
+NON_ERROR_BODIES = {
+    ("inference", "/ping", "500"),
+    ("oip", "/v2/health/ready", "503"),
+    ("oip", "/v2/models/{model_name}/ready", "503"),
+    ("oip", "/v2/models/{model_name}/versions/{model_version}/ready", "503"),
+}
 
 
 def operations(doc: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any], dict[str, Any]]]:
@@ -119,10 +163,15 @@ def test_document_validates_as_openapi_30(doc: dict[str, Any]) -> None:
     validate(doc)  # auto-detected as 3.0 too
 
 
-def test_header(doc: dict[str, Any]) -> None:
+def test_header(api: str, doc: dict[str, Any]) -> None:
     assert doc["openapi"] == "3.0.1"
-    assert doc["info"]["title"] == "TorchServe APIs"
+    assert doc["info"]["title"] == TITLES[api]
     assert doc["info"]["version"] == VERSION
+
+
+def test_only_the_oip_document_has_its_own_title() -> None:
+    assert set(TITLES) == set(DOCUMENT_FILES)
+    assert {api for api, title in TITLES.items() if title != "TorchServe APIs"} == {"oip"}
 
 
 def test_version_is_the_given_one() -> None:
@@ -185,12 +234,12 @@ def test_the_folder_holds_only_yaml_documents() -> None:
     assert set(DOCUMENT_FILES.values()) == set(entries)
 
 
-@pytest.mark.parametrize("name", sorted(DOCUMENT_FILES.values()))
-def test_shipped_file_validates_as_openapi_30(name: str) -> None:
+@pytest.mark.parametrize(("api", "name"), sorted(DOCUMENT_FILES.items()))
+def test_shipped_file_validates_as_openapi_30(api: str, name: str) -> None:
     raw = shipped_files()[name]
     validate(raw, cls=OpenAPIV30SpecValidator)  # raises on any problem
     assert raw["openapi"] == OPENAPI_VERSION
-    assert raw["info"]["title"] == TITLE
+    assert raw["info"]["title"] == TITLES[api]
     assert raw["info"]["version"] == VERSION_PLACEHOLDER
 
 
@@ -223,6 +272,7 @@ def test_expected_route_counts() -> None:
     assert len(INFERENCE_ROUTES) == 4 + 6 * 5
     assert len(MANAGEMENT_ROUTES) == 12
     assert len(METRICS_ROUTES) == 2
+    assert len(OIP_ROUTES) == 4 + 2 * 2 + 2 * 4
 
 
 def test_documented_routes_ignores_non_method_keys() -> None:
@@ -294,6 +344,13 @@ def test_error_schema(api: str, doc: dict[str, Any]) -> None:
     if api == "metrics":
         return
     error = doc["components"]["schemas"]["Error"]
+    if api == "oip":  # the protocol's error object: {"error": message}, nothing else
+        assert error["type"] == "object"
+        assert error["required"] == ["error"]
+        assert error["additionalProperties"] is False
+        assert list(error["properties"]) == ["error"]
+        assert error["properties"]["error"]["type"] == "string"
+        return
     assert error["type"] == "object"
     assert error["required"] == ["code", "type", "message"]
     assert error["additionalProperties"] is False
@@ -528,6 +585,121 @@ def test_metrics_name_filter() -> None:
     assert param["explode"] is True
     assert param["schema"] == {"type": "array", "items": {"type": "string"}}
     assert op["responses"]["200"]["content"]["text/plain"]["schema"]["type"] == "string"
+
+
+# ----------------------------------------------------------------------------------------------
+# Open Inference Protocol specifics
+
+
+def schema(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = doc["components"]["schemas"][name]
+    return found
+
+
+def test_oip_datatypes_are_the_codecs() -> None:
+    from trioserve.core.oip.datatypes import DATATYPES as CODEC_DATATYPES
+
+    datatype = schema(oip_document(VERSION), "Datatype")
+    assert datatype["type"] == "string"
+    assert datatype["enum"] == DATATYPES == list(CODEC_DATATYPES)
+
+
+def test_oip_inference_request() -> None:
+    doc = oip_document(VERSION)
+    request = schema(doc, "InferenceRequest")
+    assert request["required"] == ["inputs"]
+    assert list(request["properties"]) == ["id", "parameters", "inputs", "outputs"]
+    assert request["properties"]["id"]["type"] == "string"
+    item = resolve(doc, request["properties"]["inputs"]["items"])
+    assert item["required"] == ["name", "shape", "datatype"]
+    assert list(item["properties"]) == ["name", "shape", "datatype", "parameters", "data"]
+    assert item["properties"]["shape"]["items"]["type"] == "integer"
+    assert item["properties"]["datatype"] == {"$ref": "#/components/schemas/Datatype"}
+    output = resolve(doc, request["properties"]["outputs"]["items"])
+    assert output["required"] == ["name"]
+    assert list(output["properties"]) == ["name", "parameters"]
+    for parent in (request, item, output):
+        assert parent["properties"]["parameters"]["allOf"] == [
+            {"$ref": "#/components/schemas/Parameters"}
+        ]
+    values = schema(doc, "Parameters")["additionalProperties"]["anyOf"]
+    assert [v["type"] for v in values] == ["string", "number", "boolean"]
+
+
+def test_oip_answer_bodies() -> None:
+    """The bodies http/oip.py answers, key for key."""
+    doc = oip_document(VERSION)
+    expected = {
+        "ServerMetadata": ["name", "version", "extensions"],
+        "ServerLive": ["live"],
+        "ServerReady": ["ready"],
+        "ModelReady": ["name", "ready"],
+        "ModelMetadata": ["name", "versions", "platform", "inputs", "outputs"],
+        "TensorMetadata": ["name", "datatype", "shape"],
+        "InferenceResponse": ["model_name", "model_version", "id", "parameters", "outputs"],
+        "ResponseOutput": ["name", "datatype", "shape", "parameters", "data"],
+    }
+    for name, keys in expected.items():
+        body = schema(doc, name)
+        assert body["type"] == "object", name
+        assert list(body["properties"]) == keys, name
+        assert set(body["required"]) <= set(keys), name
+    assert schema(doc, "TensorMetadata")["properties"]["shape"]["items"]["minimum"] == -1
+
+
+def test_oip_metadata_and_readiness_operations() -> None:
+    doc = oip_document(VERSION)
+    paths = doc["paths"]
+    answers = {
+        "/v2": {"200": "ServerMetadata"},
+        "/v2/health/live": {"200": "ServerLive"},
+        "/v2/health/ready": {"200": "ServerReady", "503": "ServerReady"},
+    }
+    for path in OIP_MODEL_PATHS:
+        answers[path] = {"200": "ModelMetadata", "404": "Error", "500": "Error"}
+        answers[f"{path}/ready"] = {
+            "200": "ModelReady",
+            "503": "ModelReady",
+            "404": "Error",
+            "500": "Error",
+        }
+    for path, codes in answers.items():
+        responses = paths[path]["get"]["responses"]
+        assert set(responses) == {*codes, "401"}, path
+        for code, name in codes.items():
+            assert media_schema(responses[code]) == {"$ref": f"#/components/schemas/{name}"}
+
+
+def test_oip_inference_operations() -> None:
+    doc = oip_document(VERSION)
+    for path in OIP_INFER_PATHS:
+        op = doc["paths"][path]["post"]
+        (header,) = op["parameters"]
+        assert header["name"] == "Inference-Header-Content-Length"
+        assert header["in"] == "header" and header["required"] is False
+        assert header["schema"]["minimum"] == 0
+        body = op["requestBody"]
+        assert body["required"] is True
+        assert media_schema(body) == {"$ref": "#/components/schemas/InferenceRequest"}
+        binary = {"type": "string", "format": "binary"}
+        assert media_schema(body, "application/octet-stream") == binary
+        responses = op["responses"]
+        if path.endswith("_stream"):
+            assert set(responses) == {"200", "400", "401", "404", "500", "503"}, path
+            assert set(responses["200"]["content"]) == {"text/event-stream"}
+        else:
+            assert set(responses) == {"200", "400", "401", "404", "500", "503", "504", "507"}
+            ok = responses["200"]
+            assert media_schema(ok) == {"$ref": "#/components/schemas/InferenceResponse"}
+            assert media_schema(ok, "application/octet-stream") == binary
+            assert "Inference-Header-Content-Length" in ok["headers"]
+            assert "Retry-After" in responses["503"]["headers"]
+
+
+def test_oip_document_operation() -> None:
+    op = oip_document(VERSION)["paths"]["/v2/docs/dataplane.json"]["get"]
+    assert "security" not in op
+    assert set(op["responses"]) == {"200"}
 
 
 # ----------------------------------------------------------------------------------------------

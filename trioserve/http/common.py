@@ -4,6 +4,7 @@ status counters, and the token check of the apps that have no route table."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from quart import Response, g, request
@@ -43,21 +44,32 @@ def error_response(error: ServeError, request_id: str | None = None) -> Response
     return answer_response(error_answer(error, request_id))
 
 
-def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
-    """Map framework errors and unexpected exceptions to TorchServe error bodies."""
+# Builds the answer to a failure; called in the request's context, so it may look at the
+# request (the inference port answers its OIP paths with the protocol's own error body).
+ErrorAnswer = Callable[[ServeError], Answer]
+
+
+def install_error_handlers(
+    app: QuartTrio, max_request_size: int, answer_error: ErrorAnswer = error_answer
+) -> None:
+    """Map framework errors and unexpected exceptions to error bodies (TorchServe's, unless
+    ``answer_error`` says otherwise)."""
+
+    def respond(error: ServeError) -> Response:
+        return answer_response(answer_error(error))
 
     @app.errorhandler(ServeError)
     async def _serve_error(error: ServeError) -> Response:
-        return error_response(error)
+        return respond(error)
 
     @app.errorhandler(HTTPException)
     async def _http_error(error: HTTPException) -> Response:
         if isinstance(error, NotFound):
-            return error_response(errors.resource_not_found())
+            return respond(errors.resource_not_found())
         if isinstance(error, MethodNotAllowed):
-            return error_response(errors.method_not_allowed())
+            return respond(errors.method_not_allowed())
         if isinstance(error, RequestEntityTooLarge):
-            return error_response(errors.request_too_large(max_request_size))
+            return respond(errors.request_too_large(max_request_size))
         return answer_response(
             protocol_error_answer(error.code or 500, error.description or error.name)
         )
@@ -65,10 +77,16 @@ def install_error_handlers(app: QuartTrio, max_request_size: int) -> None:
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:
         log.exception("unexpected error while handling a request")
-        return error_response(errors.internal_error(error))
+        return respond(errors.internal_error(error))
 
 
-def new_app(name: str, max_request_size: int, metrics: ServerMetrics | None = None) -> QuartTrio:
+def new_app(
+    name: str,
+    max_request_size: int,
+    metrics: ServerMetrics | None = None,
+    *,
+    answer_error: ErrorAnswer = error_answer,
+) -> QuartTrio:
     app = QuartTrio(name)
 
     @app.after_request
@@ -85,7 +103,7 @@ def new_app(name: str, max_request_size: int, metrics: ServerMetrics | None = No
     app.config["RESPONSE_TIMEOUT"] = None  # streams may run long; the model has its own timeout
     app.config["BODY_TIMEOUT"] = 60
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
-    install_error_handlers(app, max_request_size)
+    install_error_handlers(app, max_request_size, answer_error)
     return app
 
 

@@ -229,6 +229,14 @@ def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> Fast
     return answer
 
 
+def _answer_error(error: ServeError) -> Answer:
+    """The Quart app's answer to a failure: the OIP error body on an OIP path, TorchServe's
+    elsewhere."""
+    if oip.is_oip_path(request.path):
+        return oip.oip_error(error)
+    return error_answer(error)
+
+
 def create_inference_app(
     dataplane: Dataplane,
     *,
@@ -237,7 +245,7 @@ def create_inference_app(
     metrics: ServerMetrics | None = None,
 ) -> QuartTrio:
     """The Quart app of the inference port: every route of :data:`ROUTES`."""
-    app = new_app("trioserve.inference", max_request_size, metrics)
+    app = new_app("trioserve.inference", max_request_size, metrics, answer_error=_answer_error)
 
     async def ping() -> Response:
         if dataplane.healthy():

@@ -5,7 +5,9 @@ TorchServe's routes in the port's one route table (:data:`OIP_ROUTES`, part of
 ``http/inference.ROUTES``). Every route is answered by :func:`answer` (the fast path calls
 it; the Quart views too, for the requests the fast path hands on): server and model
 metadata, liveness and readiness, ``infer`` / ``generate`` (one answer), ``infer_stream`` /
-``generate_stream`` (Server-Sent Events, one ``data:`` event per answer). Tensors are
+``generate_stream`` (Server-Sent Events, one ``data:`` event per answer), and the OpenAPI
+document of these routes (``GET /v2/docs/dataplane.json``, no token: ``api/oip.yaml``, kept in
+step with what this module answers). Tensors are
 decoded and encoded by :mod:`trioserve.core.oip` (JSON and the binary tensor extension);
 they reach the worker as work items (:mod:`trioserve.core.oip.transport`).
 
@@ -16,6 +18,7 @@ version, 400 bad input, 503 not ready...), never a framework's own error page.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -23,7 +26,7 @@ import trio
 
 from trioserve import __version__
 from trioserve.auth import KeyKind
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, internal_error
 from trioserve.core.messages import Reply
 from trioserve.core.oip import (
     HEADER_LENGTH_HEADER,
@@ -40,9 +43,12 @@ from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, tensor_param
 from trioserve.core.request import InferenceRequest
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.errors import http_status
+from trioserve.http.openapi import oip_document
 from trioserve.http.routes import Route
 from trioserve.runtime.dataplane import Call, Dataplane
 from trioserve.runtime.model import ModelVersion
+
+log = logging.getLogger("trioserve.http")
 
 SERVER_NAME: Final = "trioserve"
 EXTENSIONS: Final = ("binary_tensor_data", "parameters")
@@ -85,6 +91,8 @@ OIP_ROUTES: Final = [
     Route("oip_server", "/v2", GET, KeyKind.INFERENCE, True),
     Route("oip_live", "/v2/health/live", GET, KeyKind.INFERENCE, True),
     Route("oip_ready", "/v2/health/ready", GET, KeyKind.INFERENCE, True),
+    # The OpenAPI document of these routes answers without a token, as /api-description does.
+    Route("oip_docs", "/v2/docs/dataplane.json", GET, None, True),
     *_model_routes("", "oip_model", GET),
     *_model_routes("/ready", "oip_model_ready", GET),
     *_model_routes("/infer", "oip_infer", POST),
@@ -93,6 +101,13 @@ OIP_ROUTES: Final = [
     *_model_routes("/generate_stream", "oip_infer_stream", POST),
 ]
 OIP_ENDPOINTS: Final = frozenset(route.endpoint for route in OIP_ROUTES)
+
+
+def is_oip_path(path: str) -> bool:
+    """Whether ``path`` is under ``/v2``, where the failures the Quart app reports itself
+    (an unknown path or method, a missing token, too large a body) answer the protocol's
+    ``{"error"}`` body too (``http/inference.py``)."""
+    return path == "/v2" or path.startswith("/v2/")
 
 
 def json_answer(status: int, value: object, headers: Iterable[tuple[str, str]] = ()) -> Answer:
@@ -140,6 +155,8 @@ async def answer(
         if endpoint == "oip_ready":
             ready = dataplane.healthy()
             return json_answer(200 if ready else 503, {"ready": ready})
+        if endpoint == "oip_docs":
+            return json_answer(200, oip_document(__version__))
         assert name is not None
         model = dataplane.model(name, version)
         if endpoint == "oip_model":
@@ -153,6 +170,9 @@ async def answer(
         return await infer(dataplane, model, request)
     except ServeError as error:
         return oip_error(error)
+    except Exception as exc:  # a bug: still the protocol's error body, not the port's
+        log.exception("unexpected error while answering an OIP request")
+        return oip_error(internal_error(exc))
 
 
 def model_metadata(dataplane: Dataplane, model: ModelVersion) -> dict[str, Any]:
@@ -304,6 +324,15 @@ def _error_event(error: ServeError) -> bytes:
 
 
 async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
+    # Events are JSON: an output asked for as binary could only fail after the 200, as an
+    # error event, once the model has run. Refuse it before.
+    binary = [output.name for output in request.outputs if output.binary_data]
+    if binary:
+        raise ServeError(
+            ErrorKind.BAD_INPUT,
+            "outputs cannot be binary in a stream (its events are JSON); "
+            f"parameters.binary_data is true for {', '.join(repr(name) for name in binary)}",
+        )
     call = _submit(dataplane, model, request)
     headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", SSE_TYPE)]
     return Answer(200, headers, EventStream(call, model, request))

@@ -1,13 +1,16 @@
-"""OpenAPI 3.0.1 descriptions of the three HTTP APIs (inference, management, metrics).
+"""OpenAPI 3.0.1 descriptions of the HTTP APIs: TorchServe's three (inference, management,
+metrics) and the Open Inference Protocol's REST routes on the inference port (oip).
 
-These are the documents served by ``OPTIONS /`` and ``GET /api-description``. They are data, not
-code: ``api/inference.yaml``, ``api/management.yaml`` and ``api/metrics.yaml`` next to this module
-(package data, shipped in the wheel and the sdist). This module only loads them: each file is
-read with importlib.resources and parsed with PyYAML's safe loader once per process; every call
-then gets a copy with the server's version in ``info.version``, where the files hold
-:data:`VERSION_PLACEHOLDER`. Nothing here imports a web framework, so the module can be used
-anywhere, including tests that compare the documented routes with an application's URL map
-(:func:`documented_routes` and :func:`werkzeug_rule_to_openapi`).
+TorchServe's are the documents served by ``OPTIONS /`` and ``GET /api-description``; the OIP
+one is served by ``GET /v2/docs/dataplane.json`` (where MLServer serves its own). They are data,
+not code: ``api/inference.yaml``, ``api/management.yaml``, ``api/metrics.yaml`` and
+``api/oip.yaml`` next to this module (package data, shipped in the wheel and the sdist). The
+inference app's routes are those of ``inference.yaml`` and ``oip.yaml`` together. This module
+only loads them: each file is read with importlib.resources and parsed with PyYAML's safe loader
+once per process; every call then gets a copy with the server's version in ``info.version``,
+where the files hold :data:`VERSION_PLACEHOLDER`. Nothing here imports a web framework, so the
+module can be used anywhere, including tests that compare the documented routes with an
+application's URL map (:func:`documented_routes` and :func:`werkzeug_rule_to_openapi`).
 
 Every call returns a freshly built document: callers may mutate the result freely. No dict or
 list object is shared between two places of one document either (a part the YAML file writes once
@@ -32,14 +35,17 @@ except ImportError:  # pragma: no cover - PyYAML without libyaml
 
 __all__ = [
     "DOCUMENT_FILES",
+    "OIP_TITLE",
     "OPENAPI_VERSION",
     "TITLE",
+    "TITLES",
     "VERSION_PLACEHOLDER",
     "documented_routes",
     "documents_folder",
     "inference_document",
     "management_document",
     "metrics_document",
+    "oip_document",
     "werkzeug_rule_to_openapi",
 ]
 
@@ -47,6 +53,8 @@ __all__ = [
 OPENAPI_VERSION: Final = "3.0.1"
 # TorchServe clients recognise the server by this title.
 TITLE: Final = "TorchServe APIs"
+# The Open Inference Protocol's document is not TorchServe's.
+OIP_TITLE: Final = "Open Inference Protocol (REST)"
 
 # ``info.version`` in the files; replaced with the server's version on every call.
 VERSION_PLACEHOLDER: Final = "SERVER_VERSION"
@@ -56,7 +64,10 @@ DOCUMENT_FILES: Final = {
     "inference": "inference.yaml",
     "management": "management.yaml",
     "metrics": "metrics.yaml",
+    "oip": "oip.yaml",
 }
+# The title each document declares (the files say so; the tests check it).
+TITLES: Final = {"inference": TITLE, "management": TITLE, "metrics": TITLE, "oip": OIP_TITLE}
 
 HTTP_METHODS: Final = frozenset(
     {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
@@ -106,6 +117,12 @@ def management_document(version: str) -> dict[str, Any]:
 def metrics_document(version: str) -> dict[str, Any]:
     """The OpenAPI document of the metrics API (default port 8082; never token protected)."""
     return _document("metrics", version)
+
+
+def oip_document(version: str) -> dict[str, Any]:
+    """The OpenAPI document of the Open Inference Protocol (KServe v2) REST routes, which
+    the inference port serves beside TorchServe's inference API."""
+    return _document("oip", version)
 
 
 # ----------------------------------------------------------------------------------------------
