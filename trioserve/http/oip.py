@@ -31,7 +31,6 @@ from trioserve.core.messages import Reply
 from trioserve.core.oip import (
     HEADER_LENGTH_HEADER,
     InferRequest,
-    Tensor,
     TensorMeta,
     encode_infer_response,
     error_body,
@@ -39,36 +38,30 @@ from trioserve.core.oip import (
     parse_infer_request,
     raw_request,
 )
-from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, tensor_param
-from trioserve.core.request import InferenceRequest
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.errors import http_status
 from trioserve.http.openapi import oip_document
 from trioserve.http.routes import Route
 from trioserve.runtime.dataplane import Call, Dataplane
 from trioserve.runtime.model import ModelVersion
+from trioserve.runtime.oip import (
+    SERVER_NAME,
+    SERVER_VERSION,
+    ModelMetadata,
+    declared_inputs,
+    final_outputs,
+    is_handler_exception,
+    model_metadata,
+    outputs_of,
+    submit,
+)
 
 log = logging.getLogger("trioserve.http")
 
-SERVER_NAME: Final = "trioserve"
 EXTENSIONS: Final = ("binary_tensor_data", "parameters")
-PLATFORM: Final = "pytorch_torchserve"
 JSON_TYPE: Final = "application/json"
 SSE_TYPE: Final = "text/event-stream; charset=utf-8"
 
-# torch dtype names of model-config ``tensorInputs`` -> OIP datatypes.
-_DATATYPES: Final = {
-    "bool": "BOOL",
-    "int8": "INT8",
-    "uint8": "UINT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "float16": "FP16",
-    "bfloat16": "BF16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
 
 
 def _model_routes(suffix: str, endpoint: str, methods: frozenset[str]) -> list[Route]:
@@ -119,12 +112,7 @@ def oip_status(error: ServeError) -> int:
     """The status of ``error`` for an OIP client: as on the rest of the port, except that a
     handler's exception is 500 (what KServe, Triton and MLServer answer), not TorchServe's
     503 "Prediction failed", which tells a KServe client to retry."""
-    if error.kind is ErrorKind.HANDLER_FAILED and (error.code, error.message) == (
-        503,
-        "Prediction failed",
-    ):
-        return 500
-    return http_status(error)
+    return 500 if is_handler_exception(error) else http_status(error)
 
 
 def oip_error(error: ServeError) -> Answer:
@@ -148,7 +136,7 @@ async def answer(
     try:
         if endpoint == "oip_server":
             return json_answer(
-                200, {"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS}
+                200, {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
             )
         if endpoint == "oip_live":
             return json_answer(200, {"live": True})
@@ -160,7 +148,7 @@ async def answer(
         assert name is not None
         model = dataplane.model(name, version)
         if endpoint == "oip_model":
-            return json_answer(200, model_metadata(dataplane, model))
+            return json_answer(200, metadata_body(model_metadata(dataplane, model)))
         if endpoint == "oip_model_ready":
             ready = model.ready_workers > 0
             return json_answer(200 if ready else 503, {"name": name, "ready": ready})
@@ -175,31 +163,19 @@ async def answer(
         return oip_error(internal_error(exc))
 
 
-def model_metadata(dataplane: Dataplane, model: ModelVersion) -> dict[str, Any]:
-    """Name, versions, platform and the declared inputs (none declared: empty lists)."""
+def metadata_body(metadata: ModelMetadata) -> dict[str, Any]:
+    """A model's metadata as the REST answer's JSON."""
     return {
-        "name": model.name,
-        "versions": dataplane.versions(model.name),
-        "platform": PLATFORM,
-        "inputs": [
-            {"name": meta.name, "datatype": meta.datatype, "shape": list(meta.shape)}
-            for meta in declared_inputs(model)
-        ],
-        "outputs": [],
+        "name": metadata.name,
+        "versions": metadata.versions,
+        "platform": metadata.platform,
+        "inputs": [_tensor_meta(meta) for meta in metadata.inputs],
+        "outputs": [_tensor_meta(meta) for meta in metadata.outputs],
     }
 
 
-def declared_inputs(model: ModelVersion) -> list[TensorMeta]:
-    """The model-config ``tensorInputs`` as OIP tensor metadata (-1: a dimension that
-    varies)."""
-    return [
-        TensorMeta(
-            spec.name,
-            _DATATYPES[spec.dtype],
-            (-1 if spec.first is None else spec.first, *spec.trailing),
-        )
-        for spec in model.tensor_inputs.values()
-    ]
+def _tensor_meta(meta: TensorMeta) -> dict[str, Any]:
+    return {"name": meta.name, "datatype": meta.datatype, "shape": list(meta.shape)}
 
 
 def read_request(
@@ -221,25 +197,6 @@ def read_request(
     return parse_infer_request(body, header_length=length)
 
 
-def _submit(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Call:
-    return dataplane.submit(
-        InferenceRequest(
-            model=model.name,
-            version=model.version,
-            params=[tensor_param(tensor) for tensor in request.inputs],
-            headers=[(OIP_HEADER, "1")],
-        )
-    )
-
-
-def _outputs(reply: Reply) -> list[Tensor]:
-    """The output tensors of a reply (a handler's error status becomes the error)."""
-    if reply.status >= 400:
-        text = bytes(reply.body).decode("utf-8", "replace")
-        raise ServeError(ErrorKind.HANDLER_FAILED, text or reply.reason, code=reply.status)
-    return reply_outputs(reply.headers, reply.body)
-
-
 def _encoded(
     model: ModelVersion, request: InferRequest, reply: Reply, *, binary: bool = True
 ) -> tuple[bytes, int | None]:
@@ -248,21 +205,23 @@ def _encoded(
         model_version=model.version,
         id=request.id,
         parameters=None,
-        outputs=_outputs(reply),
+        outputs=outputs_of(reply),
         requested=request.outputs,
         binary_default=request.binary_default and binary,
     )
 
 
 async def infer(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
-    async with _submit(dataplane, model, request) as call:
-        final_reply: Reply | None = None
-        async for reply, final in call.replies():
-            if final:
-                final_reply = reply
-    if final_reply is None:
-        raise ServeError(ErrorKind.INTERNAL, "the model sent no final answer")
-    body, length = _encoded(model, request, final_reply)
+    outputs = await final_outputs(submit(dataplane, model, request.inputs))
+    body, length = encode_infer_response(
+        model_name=model.name,
+        model_version=model.version,
+        id=request.id,
+        parameters=None,
+        outputs=outputs,
+        requested=request.outputs,
+        binary_default=request.binary_default,
+    )
     extra: list[tuple[str, str]] = []
     content_type = JSON_TYPE
     if length is not None:
@@ -333,6 +292,6 @@ async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: Infer
             "outputs cannot be binary in a stream (its events are JSON); "
             f"parameters.binary_data is true for {', '.join(repr(name) for name in binary)}",
         )
-    call = _submit(dataplane, model, request)
+    call = submit(dataplane, model, request.inputs)
     headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", SSE_TYPE)]
     return Answer(200, headers, EventStream(call, model, request))
