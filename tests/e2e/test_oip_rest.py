@@ -151,6 +151,13 @@ def test_a_handler_failure_is_an_oip_error(server: Server) -> None:
     assert r.status_code == 500 and r.json() == {"error": "Prediction failed"}
 
 
+def test_an_answer_that_fits_no_datatype_is_a_clear_error(server: Server) -> None:
+    big = {"name": "n", "shape": [1], "datatype": "UINT64", "data": [2**64 - 1]}
+    r = infer(server, {"inputs": [big]})  # the handler doubles it: past every integer type
+    assert r.status_code == 500
+    assert "not a valid output" in r.json()["error"] and "'n'" in r.json()["error"]
+
+
 def test_concurrent_oip_requests_are_batched(server: Server) -> None:
     body = {"inputs": [{"name": "batch", "shape": [1], "datatype": "INT8", "data": [0]}]}
     with ThreadPoolExecutor(8) as pool:

@@ -142,3 +142,24 @@ def test_an_undecodable_input_is_a_clear_error() -> None:
         Tensor.from_values("x", "FP32", [1], [1.0])).content_type)])  # fmt: skip
     with pytest.raises(ServeError, match="'x'"):
         oip.expand([bad])
+
+
+def test_an_empty_answer_takes_the_inputs_datatype() -> None:
+    item = oip_item("a", Tensor.from_values("x", "FP16", [0], []))
+    (reply,) = run([item], lambda data, context: [[]]).replies
+    (output,) = reply_outputs(reply.headers, reply.body)
+    assert (output.datatype, output.shape) == ("FP16", (0,))
+
+
+def test_an_answer_that_is_no_tensor_fails_only_its_request() -> None:
+    items = [
+        oip_item("big", Tensor.from_values("x", "INT8", [1], [1])),
+        oip_item("ok", Tensor.from_values("y", "INT8", [1], [1])),
+    ]
+    answers = [[2**70], [3]]
+    reply = run(items, lambda data, context: answers)
+    assert reply.code == 200
+    big, ok = reply.replies
+    assert big.status == 500 and b"not a valid output" in bytes(big.body)
+    assert b"'x'" in bytes(big.body)
+    assert reply_outputs(ok.headers, ok.body)[0].to_list() == [3]

@@ -18,7 +18,9 @@ its outputs (see :func:`~trioserve.core.oip.transport.outputs_reply`).
 An answer becomes a tensor by its Python type: a torch tensor or numpy array keeps its
 dtype and shape; a nested list of numbers or strings its natural shape (bools -> BOOL, ints
 -> INT64, floats -> FP64, strings -> BYTES); a scalar shape ``[1]``; ``bytes``/``str`` one
-BYTES element; anything else (a dict...) one BYTES element holding its JSON.
+BYTES element; anything else (a dict...) one BYTES element holding its JSON; an empty list
+the input's datatype. An answer that does not fit its datatype (an int past INT64) fails
+its own request with 500 and a message saying why, not the batch.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trioserve.core.errors import ServeError
 from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.core.oip.tensor import Tensor
 from trioserve.core.oip.transport import (
@@ -118,7 +121,14 @@ def wrap_entry(entry: Entry, expanded: Expanded) -> Entry:
         for idx, name in enumerate(expanded.inputs):
             if name is None:
                 continue
-            tensor = answer_tensor(name, answers[idx])
+            try:
+                tensor = answer_tensor(name, answers[idx], expanded.data[idx]["datatype"])
+            except ServeError as error:
+                # This request's answer does not make a tensor: its request fails saying why
+                # (the other requests of the batch are answered).
+                context.set_response_status(500, "Invalid model output", idx)
+                answers[idx] = f"the handler's answer is not a valid output: {error.message}"
+                continue
             described = json.dumps([tensor.name, tensor.datatype, list(tensor.shape)])
             context.set_response_header(idx, ROW_OUTPUT_HEADER, described)
             answers[idx] = bytes(tensor.raw)
@@ -161,8 +171,9 @@ def _join(request_id: str, parts: list[Reply]) -> Reply:
     return Reply(request_id, body, 200, "", headers, "application/octet-stream")
 
 
-def answer_tensor(name: str, answer: Any) -> Tensor:
-    """The output tensor ``name`` for one row's answer (see the module docstring)."""
+def answer_tensor(name: str, answer: Any, empty_datatype: str = "FP32") -> Tensor:
+    """The output tensor ``name`` for one row's answer (see the module docstring); an empty
+    list takes ``empty_datatype`` (the input's)."""
     array = _array_tensor(name, answer)
     if array is not None:
         return array
@@ -176,7 +187,7 @@ def answer_tensor(name: str, answer: Any) -> Tensor:
         shaped = _shape_of(answer)
         if shaped is not None:
             shape, flat = shaped
-            datatype = _datatype_of(flat)
+            datatype = _datatype_of(flat) if flat else empty_datatype
             if datatype is not None:
                 return Tensor.from_values(name, datatype, shape, flat, role="output")
     text = json.dumps(answer, default=str)
