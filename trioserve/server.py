@@ -158,10 +158,14 @@ def build_apps(
         (
             "inference",
             create_inference_app(
-                dataplane, max_request_size=limit, tokens=tokens, metrics=metrics
+                dataplane,
+                max_request_size=limit,
+                tokens=tokens,
+                metrics=metrics,
+                management=management,
             ),
             config.inference_address,
-            fast_path(dataplane, tokens=tokens),
+            fast_path(dataplane, tokens=tokens, management=management),
         ),
         (
             "management",

@@ -218,3 +218,46 @@ def test_tritonclient_bf16_binary(server: Server) -> None:
         np.testing.assert_allclose(result.as_numpy("h"), [2.0, -5.0, 0.3125])
     finally:
         client.close()
+
+
+def test_repository_index_and_a_disabled_model_api(server: Server) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        listed = http.post("/v2/repository/index").json()
+        assert {"name": "oip", "version": "1.0", "state": "READY", "reason": ""} in listed
+        assert http.post("/v2/repository/index", json={"ready": True}).json() == listed
+        refused = http.post("/v2/repository/models/echo/load")
+        assert refused.status_code == 405 and "model API" in refused.json()["error"]
+        assert http.post("/v2/repository/index", content=b"[1]").status_code == 400
+
+
+def test_repository_load_and_unload_with_the_model_api(store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server = Server(tmp_path, store, "oip=oip.mar", properties={"enable_model_api": "true"})
+    server.start()
+    try:
+        client = triton.InferenceServerClient(f"127.0.0.1:{server.port}")
+        try:
+            client.load_model("echo")  # echo.mar from the store, one worker
+            assert client.is_model_ready("echo")
+            names = {m["name"] for m in client.get_model_repository_index()}
+            assert names == {"oip", "echo"}
+            client.load_model("echo")  # already loaded: left as it is
+            client.unload_model("echo")
+            assert not _exists(client, "echo")
+            with pytest.raises(InferenceServerException, match="nope"):
+                client.load_model("nope")
+        finally:
+            client.close()
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            assert http.get("/v2/models/echo").status_code == 404
+            assert http.post("/v2/repository/models/echo/unload").status_code == 404
+    finally:
+        server.stop()
+        server.kill()
+
+
+def _exists(client: triton.InferenceServerClient, name: str) -> bool:
+    try:
+        client.get_model_metadata(name)
+    except InferenceServerException:
+        return False
+    return True

@@ -79,6 +79,11 @@ OIP_ROUTES = (
     | {("GET", path) for path in OIP_MODEL_PATHS}
     | {("GET", f"{path}/ready") for path in OIP_MODEL_PATHS}
     | {("POST", path) for path in OIP_INFER_PATHS}
+    | {
+        ("POST", "/v2/repository/index"),
+        ("POST", "/v2/repository/models/{model_name}/load"),
+        ("POST", "/v2/repository/models/{model_name}/unload"),
+    }
 )
 DATATYPES = [
     "BOOL",
@@ -272,7 +277,7 @@ def test_expected_route_counts() -> None:
     assert len(INFERENCE_ROUTES) == 4 + 6 * 5
     assert len(MANAGEMENT_ROUTES) == 12
     assert len(METRICS_ROUTES) == 2
-    assert len(OIP_ROUTES) == 4 + 2 * 2 + 2 * 4
+    assert len(OIP_ROUTES) == 4 + 2 * 2 + 2 * 4 + 3
 
 
 def test_documented_routes_ignores_non_method_keys() -> None:

@@ -30,6 +30,7 @@ from trioserve.http.openapi import inference_document
 from trioserve.http.routes import Route, RouteTable
 from trioserve.metrics import ServerMetrics
 from trioserve.runtime.dataplane import Call, Dataplane
+from trioserve.runtime.management import ManagementService
 
 # Methods TorchServe accepts on prediction routes (everything but OPTIONS).
 PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -186,7 +187,12 @@ def _mimetype(content_type: bytes) -> str:
     return content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
 
 
-def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> FastPath:
+def fast_path(
+    dataplane: Dataplane,
+    *,
+    tokens: TokenStore | None = None,
+    management: ManagementService | None = None,
+) -> FastPath:
     """Predictions and explanations with a raw body, answered without Quart."""
     sequence_header = dataplane.sequence_header.lower().encode("latin-1")
 
@@ -210,7 +216,7 @@ def fast_path(dataplane: Dataplane, *, tokens: TokenStore | None = None) -> Fast
                 return oip.oip_error(error) if is_oip else error_answer(error)
         if is_oip:
             return await oip.answer(
-                dataplane, route.endpoint, variables, request.headers, request.body
+                dataplane, route.endpoint, variables, request.headers, request.body, management
             )
         rest = variables.get("rest")
         param = Param(
@@ -243,8 +249,10 @@ def create_inference_app(
     max_request_size: int,
     tokens: TokenStore | None = None,
     metrics: ServerMetrics | None = None,
+    management: ManagementService | None = None,
 ) -> QuartTrio:
-    """The Quart app of the inference port: every route of :data:`ROUTES`."""
+    """The Quart app of the inference port: every route of :data:`ROUTES` (the OIP
+    repository extension needs ``management``)."""
     app = new_app("trioserve.inference", max_request_size, metrics, answer_error=_answer_error)
 
     async def ping() -> Response:
@@ -275,7 +283,7 @@ def create_inference_app(
             body = await request.get_data(cache=False)
             assert isinstance(body, bytes)
             answer = await oip.answer(
-                dataplane, endpoint, variables, request.scope["headers"], body
+                dataplane, endpoint, variables, request.scope["headers"], body, management
             )
             return answer_response(answer)
 

@@ -43,6 +43,7 @@ from trioserve.http.errors import http_status
 from trioserve.http.openapi import oip_document
 from trioserve.http.routes import Route
 from trioserve.runtime.dataplane import Call, Dataplane
+from trioserve.runtime.management import ManagementService, model_api_disabled
 from trioserve.runtime.model import ModelVersion
 from trioserve.runtime.oip import (
     SERVER_NAME,
@@ -61,7 +62,6 @@ log = logging.getLogger("trioserve.http")
 EXTENSIONS: Final = ("binary_tensor_data", "parameters")
 JSON_TYPE: Final = "application/json"
 SSE_TYPE: Final = "text/event-stream; charset=utf-8"
-
 
 
 def _model_routes(suffix: str, endpoint: str, methods: frozenset[str]) -> list[Route]:
@@ -92,6 +92,23 @@ OIP_ROUTES: Final = [
     *_model_routes("/generate", "oip_infer", POST),
     *_model_routes("/infer_stream", "oip_infer_stream", POST),
     *_model_routes("/generate_stream", "oip_infer_stream", POST),
+    # The repository extension: listing needs the inference key, (un)loading the management
+    # key and the model API, as TorchServe's register and unregister.
+    Route("oip_repository_index", "/v2/repository/index", POST, KeyKind.INFERENCE, True),
+    Route(
+        "oip_repository_load",
+        "/v2/repository/models/<model_name>/load",
+        POST,
+        KeyKind.MANAGEMENT,
+        True,
+    ),
+    Route(
+        "oip_repository_unload",
+        "/v2/repository/models/<model_name>/unload",
+        POST,
+        KeyKind.MANAGEMENT,
+        True,
+    ),
 ]
 OIP_ENDPOINTS: Final = frozenset(route.endpoint for route in OIP_ROUTES)
 
@@ -129,8 +146,10 @@ async def answer(
     variables: Mapping[str, str],
     headers: Iterable[tuple[bytes, bytes]],
     body: bytes,
+    management: ManagementService | None = None,
 ) -> Answer:
-    """The answer to one OIP request (``endpoint`` from :data:`OIP_ROUTES`)."""
+    """The answer to one OIP request (``endpoint`` from :data:`OIP_ROUTES`); the repository
+    extension needs ``management`` (without it those routes answer 501)."""
     name = variables.get("model_name")
     version = variables.get("model_version")
     try:
@@ -145,6 +164,8 @@ async def answer(
             return json_answer(200 if ready else 503, {"ready": ready})
         if endpoint == "oip_docs":
             return json_answer(200, oip_document(__version__))
+        if endpoint.startswith("oip_repository"):
+            return await repository(dataplane, management, endpoint, name, body)
         assert name is not None
         model = dataplane.model(name, version)
         if endpoint == "oip_model":
@@ -161,6 +182,76 @@ async def answer(
     except Exception as exc:  # a bug: still the protocol's error body, not the port's
         log.exception("unexpected error while answering an OIP request")
         return oip_error(internal_error(exc))
+
+
+async def repository(
+    dataplane: Dataplane,
+    management: ManagementService | None,
+    endpoint: str,
+    name: str | None,
+    body: bytes,
+) -> Answer:
+    """The repository extension, on the management service: ``index`` lists the registered
+    model versions (``{"ready": true}``: only the ready ones); ``load`` registers
+    ``<name>.mar`` (or the folder ``<name>``) from the model store with one worker unless
+    its model-config says otherwise (a model already registered stays as it is); ``unload``
+    unregisters every version of it."""
+    if management is None:
+        raise ServeError(ErrorKind.NOT_IMPLEMENTED, "the repository extension is not served here")
+    options = _json_object(body)
+    if endpoint == "oip_repository_index":
+        only_ready = options.get("ready") is True
+        listed = []
+        for model_name, model_version, model in dataplane.registered():
+            ready = model.ready_workers > 0
+            if ready or not only_ready:
+                state = "READY" if ready else "UNAVAILABLE"
+                reason = "" if ready else "no worker is ready"
+                listed.append(
+                    {"name": model_name, "version": model_version, "state": state,
+                     "reason": reason}
+                )  # fmt: skip
+        return json_answer(200, listed)
+    assert name is not None
+    if endpoint == "oip_repository_load":
+        if not management.enable_model_api:
+            raise model_api_disabled()
+        try:
+            dataplane.model(name)
+        except ServeError as error:
+            if error.kind is not ErrorKind.NOT_FOUND:
+                raise
+            await _load(management, name)
+        return json_answer(200, {"name": name, "load": True})
+    if not management.enable_model_api:
+        raise model_api_disabled()
+    for model_version in dataplane.versions(name)[::-1]:
+        await management.unregister(name, model_version)
+    return json_answer(200, {"name": name, "unload": True})
+
+
+async def _load(management: ManagementService, name: str) -> None:
+    """Register ``name`` from the model store: ``<name>.mar``, else the folder ``<name>``."""
+    params = {"model_name": name, "initial_workers": "1", "synchronous": "true"}
+    try:
+        await management.register({**params, "url": f"{name}.mar"})
+    except ServeError as error:
+        if error.kind is not ErrorKind.NOT_FOUND:
+            raise
+        await management.register({**params, "url": name})
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    """A repository request's optional JSON object body (empty: ``{}``)."""
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except ValueError as exc:
+        raise ServeError(ErrorKind.BAD_INPUT, f"malformed JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ServeError(ErrorKind.BAD_INPUT, "the request body must be a JSON object")
+    return value
 
 
 def metadata_body(metadata: ModelMetadata) -> dict[str, Any]:

@@ -85,6 +85,10 @@ class Dataplane:
         NOT_FOUND when there is none."""
         return self.manager.get(name, version)
 
+    def registered(self) -> list[tuple[str, str, ModelVersion]]:
+        """Every registered model version: (name, version, model)."""
+        return [(name, version, entry.model) for name, version, entry in self.manager.registry]
+
     def versions(self, name: str) -> list[str]:
         """The registered versions of model ``name``, oldest first (NOT_FOUND: none)."""
         return [version for version, _entry in self.manager.registry.versions(name)]
