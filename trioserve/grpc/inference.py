@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import trio
-
 from trioserve._proto.google.protobuf import Any as AnyMessage
 from trioserve._proto.google.protobuf import Empty
 from trioserve._proto.google.rpc import Status
@@ -38,14 +36,10 @@ from trioserve.grpc.calls import (
     Send,
     ServerStreaming,
     Unary,
-    single_error,
 )
 from trioserve.grpc.errors import grpc_code
+from trioserve.grpc.ordered import answer_in_order
 from trioserve.runtime.dataplane import Call, Dataplane
-
-# How many requests of one StreamPredictions2 stream may wait for their answers before the
-# server stops reading the stream (HTTP/2 flow control then holds the client back).
-MAX_PENDING_PER_STREAM = 64
 
 ERROR_INFO_TYPE_URL = "type.googleapis.com/google.rpc.ErrorInfo"
 ERROR_DOMAIN = "trioserve"
@@ -174,33 +168,19 @@ class InferenceRpcs:
         A request that fails gets an in-band ``status`` and the stream stays open. When the
         client half-closes, every request already read is still answered before OK.
         """
-        live: set[Call] = set()
-        pending_send, pending_recv = trio.open_memory_channel[_Pending](MAX_PENDING_PER_STREAM)
+        stream_sequence = ""  # the stream's sequence, once its first request is accepted
 
-        async def read_requests() -> None:
-            stream_sequence = ""  # the stream's sequence, once its first request is accepted
-            async with pending_send:
-                while (message := await receive()) is not None:
-                    pending = self._accept(message, context, stream_sequence)
-                    if pending.call is not None:
-                        live.add(pending.call)
-                        if pending.call.stateful and not stream_sequence:
-                            stream_sequence = pending.call.sequence_id or ""
-                    await pending_send.send(pending)
+        def accept(message: PredictionsRequest) -> _Pending:
+            nonlocal stream_sequence
+            pending = self._accept(message, context, stream_sequence)
+            if pending.call is not None and pending.call.stateful and not stream_sequence:
+                stream_sequence = pending.call.sequence_id or ""
+            return pending
 
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(read_requests)
-                async with pending_recv:
-                    async for pending in pending_recv:
-                        await self._answer(pending, send)
-                        if pending.call is not None:
-                            live.discard(pending.call)
-        except BaseExceptionGroup as group:
-            raise single_error(group) from None
-        finally:
-            for call in live:
-                call.cancel()
+        async def answer(pending: _Pending) -> None:
+            await self._answer(pending, send)
+
+        await answer_in_order(receive, accept, answer, lambda pending: pending.call)
 
     def _accept(
         self, message: PredictionsRequest, context: RpcContext, stream_sequence: str
@@ -239,4 +219,4 @@ class InferenceRpcs:
         )
 
 
-__all__ = ["MAX_PENDING_PER_STREAM", "InferenceRpcs", "health_text", "in_band_status"]
+__all__ = ["InferenceRpcs", "health_text", "in_band_status"]

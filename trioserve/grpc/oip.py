@@ -24,8 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-import trio
-
 from trioserve._proto.inference import (
     GrpcInferenceServiceBase,
     InferParameter,
@@ -61,8 +59,8 @@ from trioserve.grpc.calls import (
     RpcContext,
     Send,
     Unary,
-    single_error,
 )
+from trioserve.grpc.ordered import answer_in_order
 from trioserve.runtime import oip
 from trioserve.runtime.dataplane import Call, Dataplane
 from trioserve.runtime.model import ModelVersion
@@ -71,10 +69,6 @@ SERVICE: Final = "inference.GRPCInferenceService"
 STREAM_SHAPES: Final = ("mlserver", "triton")
 # The gRPC OIP extensions trioserve answers (REST's binary_tensor_data has no gRPC meaning).
 EXTENSIONS: Final = ("parameters",)
-
-# How many requests of one ModelStreamInfer stream may wait for their answers before the
-# server stops reading the stream (HTTP/2 flow control then holds the client back).
-MAX_PENDING_PER_STREAM = 64
 
 CONTENTS_FIELDS: Final = (
     "bool_contents",
@@ -349,37 +343,21 @@ class OipRpcs:
         """Requests are submitted as they arrive and answered strictly in their order, one
         message per reply. When the client half-closes, every request already read is still
         answered before OK."""
-        live: set[Call] = set()
-        pending_send, pending_recv = trio.open_memory_channel[_Pending](MAX_PENDING_PER_STREAM)
 
-        async def read_requests() -> None:
-            async with pending_send:
-                while (message := await receive()) is not None:
-                    pending = self._accept(message, context)
-                    if pending.call is not None:
-                        live.add(pending.call)
-                    await pending_send.send(pending)
+        async def answer(pending: _Pending) -> None:
+            try:
+                await self._answer(pending, send)
+            except ClientGone:
+                raise
+            except ServeError as error:
+                await self._failed(oip_error(error), send)
 
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(read_requests)
-                async with pending_recv:
-                    async for pending in pending_recv:
-                        try:
-                            await self._answer(pending, send)
-                        except ClientGone:
-                            raise
-                        except ServeError as error:
-                            await self._failed(oip_error(error), send)
-                        finally:
-                            if pending.call is not None:
-                                pending.call.cancel()
-                                live.discard(pending.call)
-        except BaseExceptionGroup as group:
-            raise single_error(group) from None
-        finally:
-            for call in live:
-                call.cancel()
+        await answer_in_order(
+            receive,
+            lambda message: self._accept(message, context),
+            answer,
+            lambda pending: pending.call,
+        )
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -439,7 +417,6 @@ def oip_service(dataplane: Dataplane, stream_shape: str = "mlserver") -> OipRpcs
 
 
 __all__ = [
-    "MAX_PENDING_PER_STREAM",
     "OipRpcs",
     "TritonStreamOipRpcs",
     "infer_response",
