@@ -27,10 +27,10 @@ import trio
 from trioserve import __version__
 from trioserve.auth import KeyKind
 from trioserve.core.errors import ErrorKind, ServeError, internal_error
-from trioserve.core.messages import Reply
 from trioserve.core.oip import (
     HEADER_LENGTH_HEADER,
     InferRequest,
+    Tensor,
     TensorMeta,
     encode_infer_response,
     error_body,
@@ -289,14 +289,16 @@ def read_request(
 
 
 def _encoded(
-    model: ModelVersion, request: InferRequest, reply: Reply, *, binary: bool = True
+    model: ModelVersion, request: InferRequest, outputs: list[Tensor], *, binary: bool = True
 ) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header's length when outputs are binary (``binary``
+    false: JSON only, whatever the request's default)."""
     return encode_infer_response(
         model_name=model.name,
         model_version=model.version,
         id=request.id,
         parameters=None,
-        outputs=outputs_of(reply),
+        outputs=outputs,
         requested=request.outputs,
         binary_default=request.binary_default and binary,
     )
@@ -304,15 +306,7 @@ def _encoded(
 
 async def infer(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
     outputs = await final_outputs(submit(dataplane, model, request.inputs))
-    body, length = encode_infer_response(
-        model_name=model.name,
-        model_version=model.version,
-        id=request.id,
-        parameters=None,
-        outputs=outputs,
-        requested=request.outputs,
-        binary_default=request.binary_default,
-    )
+    body, length = _encoded(model, request, outputs)
     extra: list[tuple[str, str]] = []
     content_type = JSON_TYPE
     if length is not None:
@@ -350,15 +344,11 @@ class EventStream:
         if final:
             self._finish()
         try:
-            body, length = _encoded(self._model, self._request, reply, binary=False)
+            # JSON only: infer_stream refused binary outputs before submitting.
+            body, _length = _encoded(self._model, self._request, outputs_of(reply), binary=False)
         except ServeError as error:
             self._finish()
             return _error_event(error)
-        if length is not None:
-            self._finish()
-            return _error_event(
-                ServeError(ErrorKind.BAD_INPUT, "binary outputs cannot be streamed as events")
-            )
         return b"data: " + body + b"\n\n"
 
     def _finish(self) -> None:
