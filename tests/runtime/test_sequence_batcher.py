@@ -119,3 +119,30 @@ async def test_an_idle_sequence_expires() -> None:
             await send(dataplane, "2", sequence_id)
         assert "idle" in late.value.message
         nursery.cancel_scope.cancel()
+
+
+async def test_a_bookkeeping_fault_closes_the_sequence_and_fails_what_it_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        dataplane, model = await started(nursery)
+        sequence_id, _ = await send(dataplane, "first")
+
+        def broken(*_args: object) -> None:
+            raise ValueError("a bug in the policy")
+
+        monkeypatch.setattr(model.queue._policy, "done", broken)  # type: ignore[union-attr]
+        running = dataplane.submit(
+            InferenceRequest("m", None, [Param("data", b"1")], sequence_id=sequence_id)
+        )
+        queued = dataplane.submit(
+            InferenceRequest("m", None, [Param("data", b"2")], sequence_id=sequence_id)
+        )
+        async with running, queued:
+            reply, _final = await running.next_reply()
+            assert bytes(reply.body) == b"1"
+            with trio.fail_after(5), pytest.raises(ServeError) as failed:
+                await queued.next_reply()  # answered with an error, not left waiting
+        assert failed.value.kind is ErrorKind.BAD_INPUT and sequence_id in failed.value.message
+        assert model.queue.remaining_capacity == model.queue.capacity
+        nursery.cancel_scope.cancel()

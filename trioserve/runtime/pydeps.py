@@ -63,7 +63,7 @@ class DependencyInstaller:
         target = self.root / digest
         lock = self._locks.setdefault(digest, trio.Lock())
         async with lock:
-            if (target / COMPLETE_MARKER).is_file():
+            if await trio.Path(target / COMPLETE_MARKER).is_file():
                 log.info("model %s: reusing Python dependencies in %s", model, target)
                 return target
             await trio.to_thread.run_sync(_prepare, self.root, target)

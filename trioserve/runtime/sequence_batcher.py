@@ -183,8 +183,7 @@ class SequenceBatcher(DecisionLoop):
             try:
                 self._policy.park(sequence_id, now)
             except Exception:
-                log.exception("sequence bookkeeping failed for request %s", job.request_id)
-                self._policy.end(sequence_id, now)
+                self._bookkeeping_failed(job)
         self._changed.set()
 
     def worker_gone(self, worker: SequenceTaker) -> None:
@@ -222,10 +221,16 @@ class SequenceBatcher(DecisionLoop):
         try:
             self._record_end(job, reply)
         except Exception:
-            log.exception("sequence bookkeeping failed for request %s", job.request_id)
-            if job.request.sequence_id is not None:
-                self._policy.end(job.request.sequence_id, trio.current_time())
+            self._bookkeeping_failed(job)
         self._changed.set()
+
+    def _bookkeeping_failed(self, job: Job) -> None:
+        """The policy refused an event of ``job`` (a bug): log it and close the sequence, so
+        that its queued requests fail saying it closed and its next ones are refused, rather
+        than run out of order. Never raises into the caller (a frame reader, a client)."""
+        log.exception("sequence bookkeeping failed for request %s", job.request_id)
+        if job.request.sequence_id is not None:
+            self._end(job.request.sequence_id, trio.current_time())
 
     def _record_end(self, job: Job, reply: Reply | None) -> None:
         now = trio.current_time()
