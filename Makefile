@@ -40,7 +40,7 @@ test: lint typecheck
 
 ## Regenerate trioserve/_proto/ from proto/*.proto (betterproto2).
 protos: setup
-	PYTHON=$(BIN)/python scripts/gen_protos.sh
+	PYTHON=$(abspath $(BIN))/python scripts/gen_protos.sh
 
 ## The native tests again, with the C code built under AddressSanitizer + UBSan.
 asan: setup

@@ -35,7 +35,7 @@ cd "$TMP/work"
     --python_betterproto2_out="$TMP/out" \
     --python_betterproto2_opt=client_generation=async \
     --python_betterproto2_opt=server_generation=async \
-    inference.proto management.proto grpc_predict_v2.proto
+    inference.proto management.proto grpc_predict_v2.proto health.proto
 
 # Mark every generated file and make the output independent of where it was generated.
 # mypy checks what trioserve imports, generated code included: the inline flag keeps it

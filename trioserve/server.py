@@ -42,8 +42,12 @@ from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
 from trioserve.core.model_settings import ServerDefaults
 from trioserve.grpc.bridge import GrpcListener, serve_grpc
+from trioserve.grpc.calls import Service
+from trioserve.grpc.health import HealthRpcs
+from trioserve.grpc.inference import SERVICE as INFERENCE_SERVICE
 from trioserve.grpc.inference import InferenceRpcs
 from trioserve.grpc.management import ManagementRpcs
+from trioserve.grpc.oip import SERVICE as OIP_SERVICE
 from trioserve.grpc.oip import oip_service
 from trioserve.http.errors import error_answer
 from trioserve.http.front import FastPath, Front, FrontSettings
@@ -221,15 +225,24 @@ def http_service(
 
 
 def grpc_listeners(
-    config: ServerConfig, dataplane: Dataplane, management: ManagementService
+    config: ServerConfig,
+    dataplane: Dataplane,
+    management: ManagementService,
+    draining: Callable[[], bool] = lambda: False,
 ) -> list[GrpcListener]:
     """TorchServe's gRPC inference (7070) and management (7071) services; the Open
-    Inference Protocol's ``inference.GRPCInferenceService`` beside the inference one."""
+    Inference Protocol's ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``
+    beside the inference one."""
+    inference: list[Service] = [
+        InferenceRpcs(dataplane),
+        oip_service(dataplane, config.oip_grpc_stream_shape, management),
+    ]
+    names = [INFERENCE_SERVICE, OIP_SERVICE]
     return [
         GrpcListener(
             "grpc_inference",
             (config.grpc_inference_address, config.grpc_inference_port),
-            [InferenceRpcs(dataplane), oip_service(dataplane, config.oip_grpc_stream_shape)],
+            [*inference, HealthRpcs(dataplane, names, draining)],
         ),
         GrpcListener(
             "grpc_management",
@@ -333,7 +346,7 @@ async def serve(
                     await listeners.start(
                         partial(
                             serve_grpc,
-                            grpc_listeners(config, dataplane, management),
+                            grpc_listeners(config, dataplane, management, shutdown.is_set),
                             tokens=tokens,
                             max_request_size=config.max_request_size,
                             shutdown_trigger=shutdown.wait,

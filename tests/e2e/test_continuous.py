@@ -59,7 +59,8 @@ class ChunkedReply:
         body = str(value).encode()
         self.sock.sendall(
             f"POST /predictions/{model} HTTP/1.1\r\nHost: x\r\n{HEADER}: {sequence_id}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
         )
         self.buffer = b""
         head = self._until(b"\r\n\r\n")

@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import ml_dtypes
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 import tritonclient.grpc as triton
 from tritonclient.utils import InferenceServerException
 
@@ -46,7 +48,11 @@ def triton_server(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
         tmp_path_factory.mktemp("oip-grpc-triton"),
         store,
         "oip=oip.mar",
-        properties={"oip_grpc_stream_shape": "triton", "max_request_size": "65536"},
+        properties={
+            "oip_grpc_stream_shape": "triton",
+            "max_request_size": "65536",
+            "enable_model_api": "true",
+        },
         tokens=True,
     )
     server.start()
@@ -233,6 +239,74 @@ def test_token_and_message_size_limit(triton_server: Server) -> None:
         assert "max_request_size" in caught.value.message()
     finally:
         client.close()
+
+
+def test_repository_index_load_unload(triton_server: Server) -> None:
+    """tritonclient's repository calls: listing needs the inference key, loading and
+    unloading the management key; load registers <name>.mar from the store."""
+    client = triton.InferenceServerClient(triton_server.grpc_target)
+    inference = grpc_auth(triton_server, "inference")
+    management = grpc_auth(triton_server, "management")
+    try:
+        index = client.get_model_repository_index(headers=inference, as_json=True)
+        assert [(m["name"], m["state"]) for m in index["models"]] == [("oip", "READY")]
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("echo", headers=inference)
+        assert caught.value.status() == "StatusCode.UNAUTHENTICATED"
+        client.load_model("echo", headers=management)
+        assert client.is_model_ready("echo", headers=inference)
+        client.load_model("echo", headers=management)  # already there: stays as it is
+        index = client.get_model_repository_index(headers=inference, as_json=True)
+        assert sorted(m["name"] for m in index["models"]) == ["echo", "oip"]
+        client.unload_model("echo", headers=management)
+        with pytest.raises(InferenceServerException) as caught:
+            client.is_model_ready("echo", headers=inference)
+        assert caught.value.status() == "StatusCode.NOT_FOUND"
+        for name, status in (
+            ("nothere", "StatusCode.NOT_FOUND"),
+            ("", "StatusCode.INVALID_ARGUMENT"),
+        ):
+            with pytest.raises(InferenceServerException) as caught:
+                client.load_model(name, headers=management)
+            assert caught.value.status() == status
+        with pytest.raises(InferenceServerException) as caught:
+            client.unload_model("nothere", headers=management)
+        assert caught.value.status() == "StatusCode.NOT_FOUND"
+    finally:
+        client.close()
+
+
+def test_repository_refused_without_the_model_api(client: Any) -> None:
+    index = client.get_model_repository_index(as_json=True)
+    assert [(m["name"], m["version"], m["state"]) for m in index["models"]] == [
+        ("oip", "1.0", "READY")
+    ]
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("echo")
+    # as TorchServe's own gRPC register answers when the model API is off
+    assert caught.value.status() == "StatusCode.FAILED_PRECONDITION"
+    assert "model API (register/unregister) is disabled" in caught.value.message()
+
+
+@pytest.mark.parametrize("which", ["server", "triton_server"])
+def test_grpc_health_checking(which: str, request: pytest.FixtureRequest) -> None:
+    """grpcio-health-checking's stub: no key needed, even where tokens guard the rest."""
+    target: Server = request.getfixturevalue(which)
+    with grpc.insecure_channel(target.grpc_target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        serving = health_pb2.HealthCheckResponse.SERVING
+        for service in ("", "inference.GRPCInferenceService",
+                        "org.pytorch.serve.grpc.inference.InferenceAPIsService"):  # fmt: skip
+            assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == serving
+        with pytest.raises(grpc.RpcError) as caught:
+            health.Check(health_pb2.HealthCheckRequest(service="nope"))
+        assert caught.value.code() is grpc.StatusCode.NOT_FOUND
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert next(watch).status == serving
+        watch.cancel()
+        unknown = health.Watch(health_pb2.HealthCheckRequest(service="nope"), timeout=10)
+        assert next(unknown).status == health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
+        unknown.cancel()
 
 
 # -- grpcio stubs compiled from proto/grpc_predict_v2.proto ------------------------------

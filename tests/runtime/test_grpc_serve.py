@@ -213,7 +213,7 @@ def test_every_rpc_of_the_proto_must_be_implemented() -> None:
     _Servable(generated, rpcs, bridge)  # complete: fine
 
     class Missing:
-        key_kind = rpcs.key_kind
+        key_kind_of = rpcs.key_kind_of
 
         def methods(self) -> dict[str, Any]:
             methods = dict(rpcs.methods())

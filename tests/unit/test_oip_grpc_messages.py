@@ -1,4 +1,4 @@
-"""The gRPC OIP adapter's message conversions (trioserve/grpc/oip.py), the proto's field
+"""The gRPC OIP adapter's message conversions (trioserve/grpc/oip_messages.py), the proto's field
 numbers (spec §2.2) and the ``oip_grpc_stream_shape`` setting."""
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from trioserve._proto.inference import (
 )
 from trioserve.config import CliOptions, ConfigError, load_config
 from trioserve.core.errors import ErrorKind, ServeError
-from trioserve.grpc.oip import (
-    OipRpcs,
-    TritonStreamOipRpcs,
+from trioserve.grpc.oip import OipRpcs, TritonStreamOipRpcs, oip_service
+from trioserve.grpc.oip_messages import (
     infer_parameter,
     oip_error,
-    oip_service,
     parameters_of,
     request_inputs,
 )
@@ -182,6 +180,25 @@ def test_proto_field_numbers(tmp_path: Path) -> None:
         ("ServerLive", False, False), ("ServerReady", False, False),
         ("ModelReady", False, False), ("ServerMetadata", False, False),
         ("ModelMetadata", False, False), ("ModelInfer", False, False),
-        ("ModelStreamInfer", True, True),
+        ("ModelStreamInfer", True, True), ("RepositoryIndex", False, False),
+        ("RepositoryModelLoad", False, False), ("RepositoryModelUnload", False, False),
     ]  # fmt: skip
-    assert service.method[-1].output_type == ".inference.ModelInferResponse"
+    assert service.method[6].output_type == ".inference.ModelInferResponse"
+    # the repository messages: Triton's and MLServer's numbers (spec §2.2)
+    assert [(n, i) for n, i, _t in fields(messages["RepositoryIndexRequest"])] == [
+        ("repository_name", 1), ("ready", 2),
+    ]  # fmt: skip
+    (model_index,) = messages["RepositoryIndexResponse"].nested_type
+    assert [(n, i) for n, i, _t in fields(model_index)] == [
+        ("name", 1), ("version", 2), ("state", 3), ("reason", 4),
+    ]  # fmt: skip
+    for name in ("RepositoryModelLoadRequest", "RepositoryModelUnloadRequest"):
+        assert [(n, i) for n, i, _t in fields(messages[name])] == [
+            ("repository_name", 1), ("model_name", 2), ("parameters", 3),
+        ]  # fmt: skip
+    assert fields(messages["ModelRepositoryParameter"]) == [
+        ("bool_param", 1, F.TYPE_BOOL),
+        ("int64_param", 2, F.TYPE_INT64),
+        ("string_param", 3, F.TYPE_STRING),
+        ("bytes_param", 4, F.TYPE_BYTES),
+    ]

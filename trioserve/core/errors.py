@@ -200,7 +200,6 @@ def deadline_passed() -> ServeError:
     )
 
 
-
 def deadline_exceeded() -> ServeError:
     return ServeError(
         ErrorKind.TIMEOUT,

@@ -199,7 +199,7 @@ class _Bridge:
             timeout=None if stream.deadline is None else stream.deadline.time_remaining(),
         )
         dispatcher = self._dispatcher
-        dispatcher.authorize(service.key_kind, context)
+        dispatcher.authorize(service.key_kind_of(name), context)
         if isinstance(method, Unary):
             request = await self._recv(stream, request_type)
             if request is None:

@@ -31,6 +31,7 @@ Resp = TypeVar("Resp")
 Send = Callable[[Resp], Awaitable[None]]
 Receive = Callable[[], Awaitable[Req | None]]  # None: the client half-closed its side
 
+
 @dataclass(frozen=True, slots=True)
 class RpcContext:
     """What an implementation may know about the call besides its messages."""
@@ -71,11 +72,13 @@ Method = Unary[Any, Any] | ServerStreaming[Any, Any] | BidiStreaming[Any, Any]
 
 
 class Service(Protocol):
-    """One gRPC service: which key guards it, which generated service base declares its
-    rpcs (paths, cardinalities, message types) and how each rpc is implemented."""
+    """One gRPC service: which key guards each rpc (None: none), which generated service
+    base declares its rpcs (paths, cardinalities, message types) and how each rpc is
+    implemented."""
 
-    key_kind: KeyKind
     base: ClassVar[type[Any]]  # the generated grpclib base class (its __mapping__ is used)
+
+    def key_kind_of(self, method: str) -> KeyKind | None: ...
 
     def methods(self) -> Mapping[str, Method]: ...
 
@@ -152,9 +155,10 @@ class Dispatcher:
         self.gate = gate
         self.tokens = tokens
 
-    def authorize(self, kind: KeyKind, context: RpcContext) -> None:
-        """Synchronous and flavour-neutral, so the bridge can check before reading."""
-        if self.tokens is not None:
+    def authorize(self, kind: KeyKind | None, context: RpcContext) -> None:
+        """Synchronous and flavour-neutral, so the bridge can check before reading
+        (``kind`` None: an rpc no key guards, like health checks)."""
+        if self.tokens is not None and kind is not None:
             self.tokens.check(kind, context.authorization())
 
     @contextmanager

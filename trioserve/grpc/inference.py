@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from trioserve._proto.google.protobuf import Any as AnyMessage
 from trioserve._proto.google.protobuf import Empty
@@ -99,15 +99,20 @@ class _Pending:
     error: ServeError | None = None
 
 
+SERVICE: Final = "org.pytorch.serve.grpc.inference.InferenceAPIsService"
+
+
 class InferenceRpcs:
     """``org.pytorch.serve.grpc.inference.InferenceAPIsService``: a thin adapter that turns
     each message into an :class:`InferenceRequest` for the :class:`Dataplane`."""
 
-    key_kind = KeyKind.INFERENCE
     base: ClassVar[type[Any]] = InferenceApIsServiceBase
 
     def __init__(self, dataplane: Dataplane) -> None:
         self._dataplane = dataplane
+
+    def key_kind_of(self, method: str) -> KeyKind:
+        return KeyKind.INFERENCE
 
     def methods(self) -> dict[str, Method]:
         return {

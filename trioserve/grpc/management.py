@@ -50,10 +50,12 @@ class ManagementRpcs:
     """``org.pytorch.serve.grpc.management.ManagementAPIsService``."""
 
     base: ClassVar[type[Any]] = ManagementApIsServiceBase
-    key_kind = KeyKind.MANAGEMENT
 
     def __init__(self, service: ManagementService) -> None:
         self._service = service
+
+    def key_kind_of(self, method: str) -> KeyKind:
+        return KeyKind.MANAGEMENT
 
     def methods(self) -> dict[str, Method]:
         return {

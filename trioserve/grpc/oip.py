@@ -20,23 +20,25 @@ input), UNAVAILABLE (not ready, queue full), INTERNAL (the handler failed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 from trioserve._proto.inference import (
     GrpcInferenceServiceBase,
-    InferParameter,
     ModelInferRequest,
-    ModelInferRequestInferInputTensor,
     ModelInferResponse,
-    ModelInferResponseInferOutputTensor,
     ModelMetadataRequest,
     ModelMetadataResponse,
-    ModelMetadataResponseTensorMetadata,
     ModelReadyRequest,
     ModelReadyResponse,
     ModelStreamInferResponse,
+    RepositoryIndexRequest,
+    RepositoryIndexResponse,
+    RepositoryIndexResponseModelIndex,
+    RepositoryModelLoadRequest,
+    RepositoryModelLoadResponse,
+    RepositoryModelUnloadRequest,
+    RepositoryModelUnloadResponse,
     ServerLiveRequest,
     ServerLiveResponse,
     ServerMetadataRequest,
@@ -46,11 +48,7 @@ from trioserve._proto.inference import (
 )
 from trioserve.auth import KeyKind
 from trioserve.core.errors import ErrorKind, ServeError
-from trioserve.core.oip.datatypes import lookup_datatype
-from trioserve.core.oip.raw import TensorMeta
 from trioserve.core.oip.request import RequestedOutput
-from trioserve.core.oip.response import select_outputs
-from trioserve.core.oip.tensor import Parameters, ParamValue, Tensor
 from trioserve.grpc.calls import (
     BidiStreaming,
     ClientGone,
@@ -60,182 +58,25 @@ from trioserve.grpc.calls import (
     Send,
     Unary,
 )
+from trioserve.grpc.oip_messages import (
+    infer_response,
+    oip_error,
+    request_inputs,
+    requested_outputs,
+    tensor_metadata,
+)
 from trioserve.grpc.ordered import answer_in_order
-from trioserve.runtime import oip
+from trioserve.runtime import oip, oip_repository
 from trioserve.runtime.dataplane import Call, Dataplane
+from trioserve.runtime.management import ManagementService
 from trioserve.runtime.model import ModelVersion
 
 SERVICE: Final = "inference.GRPCInferenceService"
 STREAM_SHAPES: Final = ("mlserver", "triton")
 # The gRPC OIP extensions trioserve answers (REST's binary_tensor_data has no gRPC meaning).
-EXTENSIONS: Final = ("parameters",)
-
-CONTENTS_FIELDS: Final = (
-    "bool_contents",
-    "int_contents",
-    "int64_contents",
-    "uint_contents",
-    "uint64_contents",
-    "fp32_contents",
-    "fp64_contents",
-    "bytes_contents",
-)
-_INT64_MAX: Final = 2**63 - 1
-
-
-# -- parameters -----------------------------------------------------------------------
-
-
-def parameter_value(parameter: InferParameter) -> ParamValue | None:
-    """The value an ``InferParameter`` holds (None: it holds none)."""
-    for value in (
-        parameter.bool_param,
-        parameter.int64_param,
-        parameter.string_param,
-        parameter.double_param,
-        parameter.uint64_param,
-    ):
-        if value is not None:
-            return value
-    return None
-
-
-def parameters_of(parameters: Mapping[str, InferParameter]) -> Parameters:
-    """A message's ``parameters`` map as plain values (entries holding nothing dropped)."""
-    found: Parameters = {}
-    for key, parameter in parameters.items():
-        value = parameter_value(parameter)
-        if value is not None:
-            found[key] = value
-    return found
-
-
-def infer_parameter(value: ParamValue) -> InferParameter:
-    if isinstance(value, bool):
-        return InferParameter(bool_param=value)
-    if isinstance(value, int):
-        if value > _INT64_MAX:
-            return InferParameter(uint64_param=value)
-        return InferParameter(int64_param=value)
-    if isinstance(value, float):
-        return InferParameter(double_param=value)
-    return InferParameter(string_param=value)
-
-
-def infer_parameters(parameters: Mapping[str, ParamValue]) -> dict[str, InferParameter]:
-    return {key: infer_parameter(value) for key, value in parameters.items()}
-
-
-# -- tensors --------------------------------------------------------------------------
-
-
-def _bad(message: str) -> ServeError:
-    return ServeError(ErrorKind.BAD_INPUT, message)
-
-
-def _typed_input(tensor: ModelInferRequestInferInputTensor, parameters: Parameters) -> Tensor:
-    where = f"input {tensor.name!r}: "
-    info = lookup_datatype(tensor.datatype, context=where)
-    contents = tensor.contents
-    if info.contents_field is None:
-        raise _bad(f"{where}{info.name} data can only be sent in raw_input_contents")
-    others = (
-        [name for name in CONTENTS_FIELDS if getattr(contents, name)]
-        if contents is not None
-        else []
-    )
-    if [name for name in others if name != info.contents_field]:
-        raise _bad(
-            f"{where}{info.name} data belongs in contents.{info.contents_field}, "
-            f"not in contents.{', contents.'.join(n for n in others if n != info.contents_field)}"
-        )
-    values = [] if contents is None else list(getattr(contents, info.contents_field))
-    return Tensor.from_values(
-        tensor.name, tensor.datatype, tensor.shape, values, parameters, role="input"
-    )
-
-
-def request_inputs(message: ModelInferRequest) -> list[Tensor]:
-    """The input tensors of a ``ModelInferRequest``, checked (``ServeError(BAD_INPUT)``)."""
-    raw = message.raw_input_contents
-    if raw and len(raw) != len(message.inputs):
-        raise _bad(
-            f"raw_input_contents holds {len(raw)} blobs but the request has "
-            f"{len(message.inputs)} inputs: one blob per input, in order"
-        )
-    seen: set[str] = set()
-    inputs = []
-    for index, tensor in enumerate(message.inputs):
-        if tensor.name in seen:
-            raise _bad(f"input {tensor.name!r} is given more than once")
-        seen.add(tensor.name)
-        parameters = parameters_of(tensor.parameters)
-        if raw:
-            contents = tensor.contents
-            if contents is not None and any(getattr(contents, n) for n in CONTENTS_FIELDS):
-                raise _bad(
-                    f"input {tensor.name!r}: contents and raw_input_contents cannot both "
-                    "be used in one request"
-                )
-            inputs.append(
-                Tensor.from_raw(
-                    tensor.name,
-                    tensor.datatype,
-                    tensor.shape,
-                    raw[index],
-                    parameters,
-                    role="input",
-                )
-            )
-        else:
-            inputs.append(_typed_input(tensor, parameters))
-    return inputs
-
-
-def requested_outputs(message: ModelInferRequest) -> list[RequestedOutput]:
-    return [
-        RequestedOutput(output.name, parameters_of(output.parameters)) for output in message.outputs
-    ]
-
-
-def infer_response(
-    model: ModelVersion,
-    message: ModelInferRequest,
-    outputs: Sequence[Tensor],
-    requested: Sequence[RequestedOutput],
-) -> ModelInferResponse:
-    """The answer to ``message``: the chosen outputs, their data in ``raw_output_contents``."""
-    chosen = [tensor for tensor, _binary in select_outputs(outputs, requested, True)]
-    return ModelInferResponse(
-        model_name=model.name,
-        model_version=model.version,
-        id=message.id,
-        outputs=[
-            ModelInferResponseInferOutputTensor(
-                name=tensor.name,
-                datatype=tensor.datatype,
-                shape=list(tensor.shape),
-                parameters=infer_parameters(tensor.parameters),
-            )
-            for tensor in chosen
-        ],
-        raw_output_contents=[bytes(tensor.raw) for tensor in chosen],
-    )
-
-
-def _tensor_metadata(meta: TensorMeta) -> ModelMetadataResponseTensorMetadata:
-    return ModelMetadataResponseTensorMetadata(
-        name=meta.name, datatype=meta.datatype, shape=list(meta.shape)
-    )
-
-
-def oip_error(error: ServeError) -> ServeError:
-    """``error`` as an OIP client must see it: a handler's exception is INTERNAL, not
-    TorchServe's UNAVAILABLE "Prediction failed" (which tells a client to retry)."""
-    if oip.is_handler_exception(error):
-        return ServeError(ErrorKind.HANDLER_FAILED, error.message, reason=error.reason)
-    return error
-
+EXTENSIONS: Final = ("parameters", "model_repository")
+# Loading and unloading change the server: they need the management key.
+MANAGEMENT_RPCS: Final = frozenset({"RepositoryModelLoad", "RepositoryModelUnload"})
 
 # -- the service ----------------------------------------------------------------------
 
@@ -264,12 +105,15 @@ class _Pending:
 class OipRpcs:
     """``inference.GRPCInferenceService`` with MLServer's ModelStreamInfer messages."""
 
-    key_kind = KeyKind.INFERENCE
     base: ClassVar[type[Any]] = GrpcInferenceServiceBase
     stream_shape: ClassVar[str] = "mlserver"
 
-    def __init__(self, dataplane: Dataplane) -> None:
+    def __init__(self, dataplane: Dataplane, management: ManagementService | None = None) -> None:
         self._dataplane = dataplane
+        self._management = management
+
+    def key_kind_of(self, method: str) -> KeyKind:
+        return KeyKind.MANAGEMENT if method in MANAGEMENT_RPCS else KeyKind.INFERENCE
 
     def methods(self) -> dict[str, Method]:
         return {
@@ -280,6 +124,9 @@ class OipRpcs:
             "ModelMetadata": Unary(self.model_metadata),
             "ModelInfer": Unary(self.model_infer),
             "ModelStreamInfer": BidiStreaming(self.model_stream_infer),
+            "RepositoryIndex": Unary(self.repository_index),
+            "RepositoryModelLoad": Unary(self.repository_model_load),
+            "RepositoryModelUnload": Unary(self.repository_model_unload),
         }
 
     # -- rpcs ---------------------------------------------------------------------------
@@ -316,8 +163,8 @@ class OipRpcs:
             name=meta.name,
             versions=meta.versions,
             platform=meta.platform,
-            inputs=[_tensor_metadata(t) for t in meta.inputs],
-            outputs=[_tensor_metadata(t) for t in meta.outputs],
+            inputs=[tensor_metadata(t) for t in meta.inputs],
+            outputs=[tensor_metadata(t) for t in meta.outputs],
         )
 
     async def model_infer(
@@ -359,6 +206,34 @@ class OipRpcs:
             lambda pending: pending.call,
         )
 
+    async def repository_index(
+        self, request: RepositoryIndexRequest, _context: RpcContext
+    ) -> RepositoryIndexResponse:
+        self._repository()
+        entries = oip_repository.index(self._dataplane, only_ready=request.ready)
+        return RepositoryIndexResponse(
+            models=[
+                RepositoryIndexResponseModelIndex(
+                    name=e.name, version=e.version, state=e.state, reason=e.reason
+                )
+                for e in entries
+            ]
+        )
+
+    async def repository_model_load(
+        self, request: RepositoryModelLoadRequest, _context: RpcContext
+    ) -> RepositoryModelLoadResponse:
+        management = self._repository()
+        await oip_repository.load(self._dataplane, management, _model_name(request))
+        return RepositoryModelLoadResponse()
+
+    async def repository_model_unload(
+        self, request: RepositoryModelUnloadRequest, _context: RpcContext
+    ) -> RepositoryModelUnloadResponse:
+        management = self._repository()
+        await oip_repository.unload(self._dataplane, management, _model_name(request))
+        return RepositoryModelUnloadResponse()
+
     # -- helpers ------------------------------------------------------------------------
 
     def _accept(self, message: ModelInferRequest, context: RpcContext) -> _Pending:
@@ -391,6 +266,19 @@ class OipRpcs:
         """MLServer's shape: an error ends the stream with its status."""
         raise error
 
+    def _repository(self) -> ManagementService:
+        if self._management is None:
+            raise ServeError(
+                ErrorKind.NOT_IMPLEMENTED, "the repository extension is not served here"
+            )
+        return self._management
+
+
+def _model_name(request: RepositoryModelLoadRequest | RepositoryModelUnloadRequest) -> str:
+    if not request.model_name:
+        raise ServeError(ErrorKind.BAD_INPUT, "model_name is required")
+    return request.model_name
+
 
 class TritonStreamOipRpcs(OipRpcs):
     """``inference.GRPCInferenceService`` with Triton's ModelStreamInfer messages
@@ -407,19 +295,22 @@ class TritonStreamOipRpcs(OipRpcs):
         await send(ModelStreamInferResponse(error_message=error.message))
 
 
-def oip_service(dataplane: Dataplane, stream_shape: str = "mlserver") -> OipRpcs:
-    """The service, with ModelStreamInfer in the given shape (``mlserver`` or ``triton``)."""
+def oip_service(
+    dataplane: Dataplane,
+    stream_shape: str = "mlserver",
+    management: ManagementService | None = None,
+) -> OipRpcs:
+    """The service, with ModelStreamInfer in the given shape (``mlserver`` or ``triton``);
+    the repository RPCs need ``management`` (without it they answer UNIMPLEMENTED)."""
     if stream_shape not in STREAM_SHAPES:
         raise ValueError(f"unknown ModelStreamInfer shape {stream_shape!r}")
     if stream_shape == "triton":
-        return TritonStreamOipRpcs(dataplane)
-    return OipRpcs(dataplane)
+        return TritonStreamOipRpcs(dataplane, management)
+    return OipRpcs(dataplane, management)
 
 
 __all__ = [
     "OipRpcs",
     "TritonStreamOipRpcs",
-    "infer_response",
     "oip_service",
-    "request_inputs",
 ]

@@ -175,5 +175,3 @@ class Lifespan:
         assert self._events is not None, "shutdown before run"
         await self._events.send({"type": "lifespan.shutdown"})
         await self._stopped.wait()
-
-

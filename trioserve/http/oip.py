@@ -42,8 +42,9 @@ from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.errors import http_status
 from trioserve.http.openapi import oip_document
 from trioserve.http.routes import Route
+from trioserve.runtime import oip_repository
 from trioserve.runtime.dataplane import Call, Dataplane
-from trioserve.runtime.management import ManagementService, model_api_disabled
+from trioserve.runtime.management import ManagementService
 from trioserve.runtime.model import ModelVersion
 from trioserve.runtime.oip import (
     SERVER_NAME,
@@ -191,54 +192,24 @@ async def repository(
     name: str | None,
     body: bytes,
 ) -> Answer:
-    """The repository extension, on the management service: ``index`` lists the registered
-    model versions (``{"ready": true}``: only the ready ones); ``load`` registers
-    ``<name>.mar`` (or the folder ``<name>``) from the model store with one worker unless
-    its model-config says otherwise (a model already registered stays as it is); ``unload``
-    unregisters every version of it."""
+    """The repository extension (:mod:`trioserve.runtime.oip_repository`); ``index`` with
+    ``{"ready": true}`` lists only the ready versions."""
     if management is None:
         raise ServeError(ErrorKind.NOT_IMPLEMENTED, "the repository extension is not served here")
     options = _json_object(body)
     if endpoint == "oip_repository_index":
-        only_ready = options.get("ready") is True
-        listed = []
-        for model_name, model_version, model in dataplane.registered():
-            ready = model.ready_workers > 0
-            if ready or not only_ready:
-                state = "READY" if ready else "UNAVAILABLE"
-                reason = "" if ready else "no worker is ready"
-                listed.append(
-                    {"name": model_name, "version": model_version, "state": state,
-                     "reason": reason}
-                )  # fmt: skip
-        return json_answer(200, listed)
+        entries = oip_repository.index(dataplane, only_ready=options.get("ready") is True)
+        return json_answer(
+            200,
+            [{"name": e.name, "version": e.version, "state": e.state, "reason": e.reason}
+             for e in entries],
+        )  # fmt: skip
     assert name is not None
     if endpoint == "oip_repository_load":
-        if not management.enable_model_api:
-            raise model_api_disabled()
-        try:
-            dataplane.model(name)
-        except ServeError as error:
-            if error.kind is not ErrorKind.NOT_FOUND:
-                raise
-            await _load(management, name)
+        await oip_repository.load(dataplane, management, name)
         return json_answer(200, {"name": name, "load": True})
-    if not management.enable_model_api:
-        raise model_api_disabled()
-    for model_version in dataplane.versions(name)[::-1]:
-        await management.unregister(name, model_version)
+    await oip_repository.unload(dataplane, management, name)
     return json_answer(200, {"name": name, "unload": True})
-
-
-async def _load(management: ManagementService, name: str) -> None:
-    """Register ``name`` from the model store: ``<name>.mar``, else the folder ``<name>``."""
-    params = {"model_name": name, "initial_workers": "1", "synchronous": "true"}
-    try:
-        await management.register({**params, "url": f"{name}.mar"})
-    except ServeError as error:
-        if error.kind is not ErrorKind.NOT_FOUND:
-            raise
-        await management.register({**params, "url": name})
 
 
 def _json_object(body: bytes) -> dict[str, Any]:

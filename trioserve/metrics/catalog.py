@@ -92,6 +92,7 @@ def exposed_names(name: str, kind: str) -> frozenset[str]:
         return frozenset({name, f"{name}_bucket", f"{name}_sum", f"{name}_count"})
     return frozenset({name})
 
+
 # The host counter of each request outcome (TorchServe's response classes).
 OUTCOME_COUNTERS: Final[dict[Outcome, str]] = {
     Outcome.OK: "Requests2XX",

@@ -20,7 +20,15 @@ __all__ = (
     "ModelMetadataResponseTensorMetadata",
     "ModelReadyRequest",
     "ModelReadyResponse",
+    "ModelRepositoryParameter",
     "ModelStreamInferResponse",
+    "RepositoryIndexRequest",
+    "RepositoryIndexResponse",
+    "RepositoryIndexResponseModelIndex",
+    "RepositoryModelLoadRequest",
+    "RepositoryModelLoadResponse",
+    "RepositoryModelUnloadRequest",
+    "RepositoryModelUnloadResponse",
     "ServerLiveRequest",
     "ServerLiveResponse",
     "ServerMetadataRequest",
@@ -356,6 +364,37 @@ default_message_pool.register_message(
 
 
 @dataclass(eq=False, repr=False)
+class ModelRepositoryParameter(betterproto2.Message):
+    """
+
+
+    Oneofs:
+        - parameter_choice:
+    """
+
+    bool_param: "bool | None" = betterproto2.field(
+        1, betterproto2.TYPE_BOOL, optional=True, group="parameter_choice"
+    )
+
+    int64_param: "int | None" = betterproto2.field(
+        2, betterproto2.TYPE_INT64, optional=True, group="parameter_choice"
+    )
+
+    string_param: "str | None" = betterproto2.field(
+        3, betterproto2.TYPE_STRING, optional=True, group="parameter_choice"
+    )
+
+    bytes_param: "bytes | None" = betterproto2.field(
+        4, betterproto2.TYPE_BYTES, optional=True, group="parameter_choice"
+    )
+
+
+default_message_pool.register_message(
+    "inference", "ModelRepositoryParameter", ModelRepositoryParameter
+)
+
+
+@dataclass(eq=False, repr=False)
 class ModelStreamInferResponse(betterproto2.Message):
     """
     Triton's ModelStreamInfer message: an error travels in-band and the stream stays open.
@@ -370,6 +409,110 @@ class ModelStreamInferResponse(betterproto2.Message):
 
 default_message_pool.register_message(
     "inference", "ModelStreamInferResponse", ModelStreamInferResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class RepositoryIndexRequest(betterproto2.Message):
+    """
+    The model repository extension.
+    """
+
+    repository_name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    ready: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message(
+    "inference", "RepositoryIndexRequest", RepositoryIndexRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class RepositoryIndexResponse(betterproto2.Message):
+    models: "list[RepositoryIndexResponseModelIndex]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message(
+    "inference", "RepositoryIndexResponse", RepositoryIndexResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class RepositoryIndexResponseModelIndex(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    state: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    reason: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message(
+    "inference", "RepositoryIndexResponse.ModelIndex", RepositoryIndexResponseModelIndex
+)
+
+
+@dataclass(eq=False, repr=False)
+class RepositoryModelLoadRequest(betterproto2.Message):
+    repository_name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    model_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    parameters: "dict[str, ModelRepositoryParameter]" = betterproto2.field(
+        3,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(
+            betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE
+        ),
+    )
+
+
+default_message_pool.register_message(
+    "inference", "RepositoryModelLoadRequest", RepositoryModelLoadRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class RepositoryModelLoadResponse(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message(
+    "inference", "RepositoryModelLoadResponse", RepositoryModelLoadResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class RepositoryModelUnloadRequest(betterproto2.Message):
+    repository_name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    model_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    parameters: "dict[str, ModelRepositoryParameter]" = betterproto2.field(
+        3,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(
+            betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE
+        ),
+    )
+
+
+default_message_pool.register_message(
+    "inference", "RepositoryModelUnloadRequest", RepositoryModelUnloadRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class RepositoryModelUnloadResponse(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message(
+    "inference", "RepositoryModelUnloadResponse", RepositoryModelUnloadResponse
 )
 
 
@@ -577,6 +720,60 @@ class GrpcInferenceServiceStub(betterproto2_grpclib.ServiceStub):
         ):
             yield response
 
+    async def repository_index(
+        self,
+        message: "RepositoryIndexRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RepositoryIndexResponse":
+
+        return await self._unary_unary(
+            "/inference.GRPCInferenceService/RepositoryIndex",
+            message,
+            RepositoryIndexResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def repository_model_load(
+        self,
+        message: "RepositoryModelLoadRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RepositoryModelLoadResponse":
+
+        return await self._unary_unary(
+            "/inference.GRPCInferenceService/RepositoryModelLoad",
+            message,
+            RepositoryModelLoadResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def repository_model_unload(
+        self,
+        message: "RepositoryModelUnloadRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "RepositoryModelUnloadResponse":
+
+        return await self._unary_unary(
+            "/inference.GRPCInferenceService/RepositoryModelUnload",
+            message,
+            RepositoryModelUnloadResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
     async def server_live(self, message: "ServerLiveRequest") -> "ServerLiveResponse":
@@ -615,6 +812,24 @@ class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
         yield ModelInferResponse()
+
+    async def repository_index(
+        self, message: "RepositoryIndexRequest"
+    ) -> "RepositoryIndexResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def repository_model_load(
+        self, message: "RepositoryModelLoadRequest"
+    ) -> "RepositoryModelLoadResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def repository_model_unload(
+        self, message: "RepositoryModelUnloadRequest"
+    ) -> "RepositoryModelUnloadResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
     async def __rpc_server_live(
         self, stream: "grpclib.server.Stream[ServerLiveRequest, ServerLiveResponse]"
@@ -676,6 +891,33 @@ class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
             request,
         )
 
+    async def __rpc_repository_index(
+        self,
+        stream: "grpclib.server.Stream[RepositoryIndexRequest, RepositoryIndexResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.repository_index(request)
+        await stream.send_message(response)
+
+    async def __rpc_repository_model_load(
+        self,
+        stream: "grpclib.server.Stream[RepositoryModelLoadRequest, RepositoryModelLoadResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.repository_model_load(request)
+        await stream.send_message(response)
+
+    async def __rpc_repository_model_unload(
+        self,
+        stream: "grpclib.server.Stream[RepositoryModelUnloadRequest, RepositoryModelUnloadResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.repository_model_unload(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/inference.GRPCInferenceService/ServerLive": grpclib.const.Handler(
@@ -719,5 +961,23 @@ class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.STREAM_STREAM,
                 ModelInferRequest,
                 ModelInferResponse,
+            ),
+            "/inference.GRPCInferenceService/RepositoryIndex": grpclib.const.Handler(
+                self.__rpc_repository_index,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RepositoryIndexRequest,
+                RepositoryIndexResponse,
+            ),
+            "/inference.GRPCInferenceService/RepositoryModelLoad": grpclib.const.Handler(
+                self.__rpc_repository_model_load,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RepositoryModelLoadRequest,
+                RepositoryModelLoadResponse,
+            ),
+            "/inference.GRPCInferenceService/RepositoryModelUnload": grpclib.const.Handler(
+                self.__rpc_repository_model_unload,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                RepositoryModelUnloadRequest,
+                RepositoryModelUnloadResponse,
             ),
         }

@@ -102,6 +102,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "DATATYPES",
     "HEADER_LENGTH_HEADER",
