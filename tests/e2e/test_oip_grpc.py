@@ -17,8 +17,8 @@ import grpc
 import ml_dtypes
 import numpy as np
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 import tritonclient.grpc as triton
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from .grpc_fixtures import googleapis_dir

@@ -16,9 +16,11 @@ from trioserve.core.oip import Tensor
 from trioserve.core.oip.transport import (
     OIP_HEADER,
     OUTPUTS_HEADER,
+    REQUEST_HEADER,
     outputs_reply,
     param_tensor,
     reply_outputs,
+    request_header,
     tensor_param,
 )
 from trioserve.worker import oip
@@ -163,3 +165,22 @@ def test_an_answer_that_is_no_tensor_fails_only_its_request() -> None:
     assert big.status == 500 and b"not a valid output" in bytes(big.body)
     assert b"'x'" in bytes(big.body)
     assert reply_outputs(ok.headers, ok.body)[0].to_list() == [3]
+
+
+def test_tensor_and_request_parameters_travel_to_the_worker_and_back() -> None:
+    """Input parameters (``content_type``...) ride in the tensor's parameter; an output's
+    parameters in the outputs header; the request's id and parameters in their header."""
+    sent = Tensor.from_values(
+        "t", "BYTES", [1], ["a;b=c"], {"content_type": "str", "odd": "x; y=%z", "n": 2}
+    )
+    received = param_tensor(tensor_param(sent))
+    assert received == sent and received.parameters == sent.parameters
+    out = Tensor.from_values("o", "INT64", [2], [1, 2], {"content_type": "np"})
+    plain = Tensor.from_values("p", "FP32", [1], [1.0])
+    described, body = outputs_reply([out, plain])
+    back = reply_outputs({OUTPUTS_HEADER: described}, body)
+    assert back == [out, plain] and back[0].parameters == {"content_type": "np"}
+    assert request_header(None, {}) is None
+    name, value = request_header("id-1", {"content_type": "np"}) or ("", "")
+    assert name == REQUEST_HEADER
+    assert json.loads(value) == {"id": "id-1", "parameters": {"content_type": "np"}}

@@ -14,6 +14,7 @@ from ._entries import Limits
 from ._errors import ArchiveError
 from ._manifest import MANIFEST_PATH, Manifest, parse_manifest
 from ._model_config import ModelConfig, parse_model_config
+from ._model_settings import MODEL_SETTINGS_PATH, MlserverSettings, parse_model_settings
 from ._tar import extract_tar
 from ._zip import extract_zip
 
@@ -31,7 +32,8 @@ class LoadedArchive:
 
     ``extracted`` is True when ``model_dir`` is a fresh extraction that belongs to the
     caller, who deletes it when the model is unloaded; a directory model is used in place
-    and ``extracted`` is False.
+    and ``extracted`` is False. ``mlserver`` holds the settings of an MLServer model (no
+    manifest, a ``model-settings.json``), whose manifest and config are derived from them.
     """
 
     source: Path
@@ -39,6 +41,7 @@ class LoadedArchive:
     manifest: Manifest
     config: ModelConfig
     extracted: bool
+    mlserver: MlserverSettings | None = None
 
 
 def unpack_archive(
@@ -62,8 +65,7 @@ def unpack_archive(
     """
     if source.is_dir():
         model_dir = source.resolve()
-        manifest, config = _read_metadata(model_dir)
-        return LoadedArchive(source, model_dir, manifest, config, extracted=False)
+        return _loaded(source, model_dir, extracted=False)
     if not source.is_file():
         raise ArchiveError(404, f"Model not found at: {source}")
     extract = _extractor_for(source)
@@ -77,13 +79,27 @@ def unpack_archive(
     try:
         try:
             extract(source, model_dir, Limits(max_unpacked_bytes, max_entries))
-            manifest, config = _read_metadata(model_dir)
+            return _loaded(source, model_dir, extracted=True)
         except OSError as exc:
             raise ArchiveError(500, f"cannot unpack {source.name}: {exc}") from exc
     except BaseException:
         shutil.rmtree(model_dir, ignore_errors=True)
         raise
-    return LoadedArchive(source, model_dir, manifest, config, extracted=True)
+
+
+def _loaded(source: Path, model_dir: Path, *, extracted: bool) -> LoadedArchive:
+    """The model in ``model_dir``: a TorchServe model (manifest, or none at all) or, with no
+    manifest and a ``model-settings.json``, an MLServer model."""
+    if _read_inside(model_dir, MANIFEST_PATH, "manifest") is None:
+        data = _read_inside(model_dir, MODEL_SETTINGS_PATH, MODEL_SETTINGS_PATH)
+        if data is not None:
+            settings = parse_model_settings(data)
+            return LoadedArchive(
+                source, model_dir, settings.manifest(), settings.model_config(), extracted,
+                settings,
+            )  # fmt: skip
+    manifest, config = _read_metadata(model_dir)
+    return LoadedArchive(source, model_dir, manifest, config, extracted)
 
 
 def _extractor_for(source: Path) -> Callable[[Path, Path, Limits], None]:

@@ -198,6 +198,8 @@ class LoadSpec:
     model_yaml_config: dict[str, Any] = field(default_factory=dict)
     gpu_id: int | None = None
     limit_max_image_pixels: bool = True
+    # An MLServer model: its model-settings.json (``handler`` is its implementation).
+    model_settings: dict[str, Any] | None = None
 
     def to_meta(self) -> dict[str, Any]:
         return {
@@ -211,6 +213,7 @@ class LoadSpec:
             "model_yaml_config": self.model_yaml_config,
             "gpu_id": self.gpu_id,
             "limit_max_image_pixels": self.limit_max_image_pixels,
+            "model_settings": self.model_settings,
         }
 
     @classmethod
@@ -227,6 +230,9 @@ class LoadSpec:
             raise FrameError("model_yaml_config must be an object")
         if envelope is not None and not isinstance(envelope, str):
             raise FrameError("envelope must be a string or null")
+        model_settings = meta.get("model_settings")
+        if model_settings is not None and not isinstance(model_settings, dict):
+            raise FrameError("model_settings must be an object or null")
         return cls(
             model_name=_str(meta, "model_name"),
             model_version=_str(meta, "model_version"),
@@ -238,6 +244,7 @@ class LoadSpec:
             model_yaml_config=yaml_config,
             gpu_id=gpu,
             limit_max_image_pixels=bool(meta.get("limit_max_image_pixels", True)),
+            model_settings=model_settings,
         )
 
 

@@ -61,6 +61,7 @@ from trioserve.grpc.calls import (
 from trioserve.grpc.oip_messages import (
     infer_response,
     oip_error,
+    parameters_of,
     request_inputs,
     requested_outputs,
     tensor_metadata,
@@ -244,7 +245,14 @@ class OipRpcs:
             inputs = request_inputs(message)
             pending.requested = requested_outputs(message)
             pending.model = model
-            pending.call = oip.submit(self._dataplane, model, inputs, deadline=context.deadline)
+            pending.call = oip.submit(
+                self._dataplane,
+                model,
+                inputs,
+                deadline=context.deadline,
+                request_id=message.id or None,
+                parameters=parameters_of(message.parameters),
+            )
         except ServeError as error:
             pending.error = error
         return pending

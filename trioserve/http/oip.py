@@ -276,7 +276,11 @@ def _encoded(
 
 
 async def infer(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
-    outputs = await final_outputs(submit(dataplane, model, request.inputs))
+    outputs = await final_outputs(
+        submit(
+            dataplane, model, request.inputs, request_id=request.id, parameters=request.parameters
+        )
+    )
     body, length = _encoded(model, request, outputs)
     extra: list[tuple[str, str]] = []
     content_type = JSON_TYPE
@@ -344,6 +348,8 @@ async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: Infer
             "outputs cannot be binary in a stream (its events are JSON); "
             f"parameters.binary_data is true for {', '.join(repr(name) for name in binary)}",
         )
-    call = submit(dataplane, model, request.inputs)
+    call = submit(
+        dataplane, model, request.inputs, request_id=request.id, parameters=request.parameters
+    )
     headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", SSE_TYPE)]
     return Answer(200, headers, EventStream(call, model, request))

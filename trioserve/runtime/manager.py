@@ -236,6 +236,7 @@ class ModelManager:
             envelope=loaded.manifest.envelope,
             manifest=loaded.manifest.raw or None,
             model_yaml_config=dict(loaded.config.raw),
+            model_settings=_model_settings(settings, loaded),
         )
         max_frame = self.settings.max_response_size * settings.batch_size + (1 << 20)
         try:
@@ -274,6 +275,7 @@ class ModelManager:
             tensor_inputs=tensors,
             sequence_id_header=self.settings.sequence_id_header,
             sequence_end_header=self.settings.sequence_end_header,
+            mlserver=loaded.mlserver,
         )
 
     def open_sequences(self) -> list[tuple[tuple[str, str], float]]:
@@ -346,6 +348,21 @@ def _stem(path: Path) -> str:
     return name
 
 
+def _model_settings(
+    settings: ModelSettings, loaded: archive.LoadedArchive
+) -> dict[str, Any] | None:
+    """An MLServer model's ``model-settings.json`` as its worker gets it: the registered
+    name and version win over the file's."""
+    if loaded.mlserver is None:
+        return None
+    raw = dict(loaded.mlserver.raw)
+    raw["name"] = settings.name
+    parameters = raw.get("parameters")
+    raw["parameters"] = {**(parameters if isinstance(parameters, dict) else {}),
+                         "version": settings.version}  # fmt: skip
+    return raw
+
+
 def _cleanup(loaded: archive.LoadedArchive) -> None:
     if loaded.extracted:
         shutil.rmtree(loaded.model_dir, ignore_errors=True)
@@ -366,14 +383,20 @@ def expand_load_models(
             if entry == "all":
                 if model_store is not None and model_store.is_dir():
                     for path in sorted(model_store.iterdir()):
-                        if path.name.endswith(ARCHIVE_SUFFIXES) or (
-                            path.is_dir() and (path / "MAR-INF" / "MANIFEST.json").is_file()
-                        ):
+                        if path.name.endswith(ARCHIVE_SUFFIXES) or _is_model_folder(path):
                             result.append((None, path.name))
                 continue
             name, sep, url = entry.partition("=")
             result.append((name.strip(), url.strip()) if sep else (None, entry))
     return result
+
+
+def _is_model_folder(path: Path) -> bool:
+    """A folder of the store that is a model: an unpacked archive (its manifest) or an
+    MLServer model (``model-settings.json``)."""
+    return path.is_dir() and (
+        (path / "MAR-INF" / "MANIFEST.json").is_file() or (path / "model-settings.json").is_file()
+    )
 
 
 def worker_environment(

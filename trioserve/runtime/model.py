@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from trioserve.archive import MlserverSettings
 from trioserve.core import errors
 from trioserve.core.model_settings import ModelSettings
 from trioserve.core.request import InferenceRequest
@@ -28,6 +29,7 @@ class PoolSettings:
     worker: WorkerSettings
     next_worker_id: Callable[[], int]
     tensor_inputs: Mapping[str, TensorInput] = field(default_factory=dict)
+    mlserver: MlserverSettings | None = None  # an MLServer model's settings
     sequence_id_header: str = "ts_request_sequence_id"
     sequence_end_header: str = "ts_request_sequence_end"
 
@@ -157,6 +159,11 @@ class ModelVersion:
             await worker.wait_settled()
 
     # -- requests --------------------------------------------------------------------
+
+    @property
+    def mlserver(self) -> MlserverSettings | None:
+        """The settings of an MLServer model (``model-settings.json``), else None."""
+        return self._pool.mlserver
 
     @property
     def tensor_inputs(self) -> Mapping[str, TensorInput]:

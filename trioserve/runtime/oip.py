@@ -16,8 +16,8 @@ from trioserve import __version__
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Reply
 from trioserve.core.oip.raw import TensorMeta
-from trioserve.core.oip.tensor import Tensor
-from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, tensor_param
+from trioserve.core.oip.tensor import Parameters, Tensor
+from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, request_header, tensor_param
 from trioserve.core.request import InferenceRequest
 from trioserve.runtime.dataplane import Call, Dataplane
 from trioserve.runtime.model import ModelVersion
@@ -53,8 +53,10 @@ class ModelMetadata:
 
 
 def declared_inputs(model: ModelVersion) -> list[TensorMeta]:
-    """The model-config ``tensorInputs`` as OIP tensor metadata (-1: a dimension that
-    varies)."""
+    """The inputs a model declares as OIP tensor metadata (-1: a dimension that varies):
+    model-config ``tensorInputs``, or an MLServer model's ``inputs`` setting."""
+    if model.mlserver is not None:
+        return [TensorMeta(t.name, t.datatype, t.shape) for t in model.mlserver.inputs]
     return [
         TensorMeta(
             spec.name,
@@ -66,8 +68,18 @@ def declared_inputs(model: ModelVersion) -> list[TensorMeta]:
 
 
 def model_metadata(dataplane: Dataplane, model: ModelVersion) -> ModelMetadata:
-    """Name, versions, platform and the declared inputs (none declared: empty lists; the
-    outputs are never declared)."""
+    """Name, versions, platform and the declared inputs (none declared: empty lists). A
+    TorchServe model declares inputs in model-config ``tensorInputs`` and never outputs; an
+    MLServer model declares both, and its platform, in ``model-settings.json``."""
+    declared = model.mlserver
+    if declared is not None:
+        return ModelMetadata(
+            name=model.name,
+            versions=dataplane.versions(model.name),
+            platform=declared.platform,
+            inputs=declared_inputs(model),
+            outputs=[TensorMeta(t.name, t.datatype, t.shape) for t in declared.outputs],
+        )
     return ModelMetadata(
         name=model.name,
         versions=dataplane.versions(model.name),
@@ -83,14 +95,21 @@ def submit(
     inputs: Sequence[Tensor],
     *,
     deadline: float | None = None,
+    request_id: str | None = None,
+    parameters: Parameters | None = None,
 ) -> Call:
-    """Queue one OIP request: each input tensor becomes one handler input."""
+    """Queue one OIP request: each input tensor becomes one handler input; the request's
+    ``id`` and ``parameters`` travel with it (an MLServer model sees them)."""
+    headers = [(OIP_HEADER, "1")]
+    described = request_header(request_id, parameters or {})
+    if described is not None:
+        headers.append(described)
     return dataplane.submit(
         InferenceRequest(
             model=model.name,
             version=model.version,
             params=[tensor_param(tensor) for tensor in inputs],
-            headers=[(OIP_HEADER, "1")],
+            headers=headers,
             deadline=deadline,
         )
     )

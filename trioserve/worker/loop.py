@@ -8,7 +8,8 @@ thread, a LOAD or a BATCH is a *pending* work item (:class:`PendingLoad`,
 
 Frames in (server -> worker) and what the worker does:
 
-* LOAD (must come first): load the handler in the handler thread, answer LOAD_RESULT
+* LOAD (must come first): load the handler (or an MLServer model,
+  :mod:`trioserve.worker.mlmodel`) in the handler thread, answer LOAD_RESULT
   ``{code: 200, message: "loaded"}``; on failure answer the error code and exit with status 1.
 * BATCH: its collated tensors (``meta["tensors"]``, see :mod:`trioserve.worker.tensors`) are
   checked first; a batch whose tensors break the contract is answered at once with 400. Then
@@ -41,13 +42,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import NoReturn, cast
 
 import outcome
 import trio
 
 from trioserve.collate import aligned_buffer
-from trioserve.core.errors import ServeError
 from trioserve.core.frames import Frame, FrameDecoder, FrameError, Kind, encode
 from trioserve.core.messages import (
     BatchReply,
@@ -60,13 +60,14 @@ from trioserve.core.messages import (
 from trioserve.worker import oip
 from trioserve.worker.batch import Entry, prepare, run_batch
 from trioserve.worker.cancellation import CancelBook
-from trioserve.worker.codec import decode_enabled, request_headers
+from trioserve.worker.codec import decode_enabled
 from trioserve.worker.connection import ServerConnection
 from trioserve.worker.context import Context
 from trioserve.worker.errors import PREDICTION_FAILED, load_error
 from trioserve.worker.handler_thread import HandlerThread
 from trioserve.worker.loader import load_handler
 from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.mlmodel import MLModelRunner, load_mlmodel
 from trioserve.worker.replies import error_reply
 from trioserve.worker.streaming import IntermediateChannel
 from trioserve.worker.tensors import BatchTensor, TensorSpecError, parse_batch_tensors
@@ -141,7 +142,7 @@ class WorkerLoop:
         # then on the frame reader hands batches to the handler thread itself.
         self._direct = False
         self.context: Context | None = None
-        self.entry: Entry | None = None
+        self.entry: Entry | MLModelRunner | None = None
         self._metrics_sent_at = -math.inf  # time.monotonic() of the last METRICS frame
 
     # -- the task tree ------------------------------------------------------------------------
@@ -302,7 +303,11 @@ class WorkerLoop:
         )
         log.info("loading model %s with handler %s", spec.model_name, spec.handler)
         result = await self._thread.run(
-            functools.partial(load_handler, spec.handler, spec.model_dir, context, spec.envelope)
+            functools.partial(load_mlmodel, spec)
+            if spec.model_settings is not None
+            else functools.partial(
+                load_handler, spec.handler, spec.model_dir, context, spec.envelope
+            )
         )
         if isinstance(result, outcome.Error):
             code, message = load_error(result.error)
@@ -312,7 +317,7 @@ class WorkerLoop:
             await self.send(encode_load_result(code, message))
             return False
         self.context = context
-        self.entry = result.unwrap()
+        self.entry = cast("Entry | MLModelRunner", result.unwrap())
         await self.send(encode_load_result(200, "loaded"))
         await self._send_metrics()
         return True
@@ -343,8 +348,19 @@ class WorkerLoop:
             return error_reply(batch.batch_id, 503, "no model is loaded in this worker")
         channel = IntermediateChannel(batch.batch_id, self._send_from_thread)
         try:
+            if isinstance(entry, MLModelRunner):
+                return entry.reply(batch.batch_id, batch.items)
             if any(oip.is_oip(item) for item in batch.items):
-                return self._oip_reply(entry, context, batch, channel)
+                return oip.run_batch(
+                    entry,
+                    context,
+                    batch.batch_id,
+                    batch.items,
+                    decode=self._decode,
+                    cancel_check=self._cancels.is_cancelled,
+                    channel=channel,
+                    tensors=batch.tensors,
+                )
             data = prepare(
                 context,
                 batch.items,
@@ -359,26 +375,6 @@ class WorkerLoop:
             return error_reply(batch.batch_id, *PREDICTION_FAILED)
         finally:
             context.end_batch()
-
-    def _oip_reply(
-        self, entry: Entry, context: Context, batch: PendingBatch, channel: IntermediateChannel
-    ) -> BatchReply:
-        """A batch holding OIP requests: their inputs become rows (see ``worker/oip.py``)."""
-        try:
-            expanded = oip.expand(batch.items, self._decode)
-        except ServeError as error:
-            return error_reply(batch.batch_id, 400, error.message)
-        context.begin_batch(
-            [item.request_id for item in expanded.items],
-            [request_headers(item) for item in expanded.items],
-            cancel_check=self._cancels.is_cancelled,
-            channel=channel,
-            tensors=batch.tensors,
-        )
-        reply = run_batch(
-            oip.wrap_entry(entry, expanded), context, batch.batch_id, expanded.items, expanded.data
-        )
-        return oip.merge(reply, batch.items, expanded)
 
     def _metrics_frame(self, *, flush: bool = True) -> bytes:
         """A METRICS frame with the records since the last one; empty bytes when none, or

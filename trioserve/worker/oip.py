@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +40,9 @@ from trioserve.core.oip.transport import (
     is_tensor_param,
     param_tensor,
 )
-from trioserve.worker.codec import decode_request
+from trioserve.worker import batch
+from trioserve.worker.codec import decode_request, request_headers
+from trioserve.worker.replies import error_reply
 
 Entry = Callable[[Any, Any], Any]
 
@@ -135,6 +137,36 @@ def wrap_entry(entry: Entry, expanded: Expanded) -> Entry:
         return answers
 
     return call
+
+
+def run_batch(
+    entry: Entry,
+    context: Any,
+    batch_id: int,
+    items: Sequence[WorkItem],
+    *,
+    decode: bool,
+    cancel_check: Callable[[str], bool],
+    channel: Any,
+    tensors: Mapping[str, Any],
+) -> BatchReply:
+    """Run a batch holding OIP requests through a TorchServe handler: their inputs become
+    rows, and each request's rows join into its reply again."""
+    try:
+        expanded = expand(items, decode)
+    except ServeError as error:
+        return error_reply(batch_id, 400, error.message)
+    context.begin_batch(
+        [item.request_id for item in expanded.items],
+        [request_headers(item) for item in expanded.items],
+        cancel_check=cancel_check,
+        channel=channel,
+        tensors=tensors,
+    )
+    reply = batch.run_batch(
+        wrap_entry(entry, expanded), context, batch_id, expanded.items, expanded.data
+    )
+    return merge(reply, items, expanded)
 
 
 def merge(reply: BatchReply, items: Sequence[WorkItem], expanded: Expanded) -> BatchReply:

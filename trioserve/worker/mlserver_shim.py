@@ -1,0 +1,138 @@
+"""Lets unmodified MLServer runtimes ``import mlserver.*`` without the ``mlserver`` package.
+
+:func:`install` puts a finder on ``sys.meta_path`` that answers for ``mlserver`` and the
+``mlserver.*`` modules runtimes use, mapping each to a :mod:`trioserve.model` module (the
+same module object, so classes are shared: ``mlserver.types.InferenceRequest is
+trioserve.model.types.InferenceRequest``). Nothing named ``mlserver`` is written anywhere;
+when the real ``mlserver`` package is importable the finder is not installed and the real
+package is used.
+
+Unlike the ``ts`` hook, every name here (``mlserver`` itself included) is a real trioserve
+module, so there are no synthetic packages. ``mlserver.types`` is one module here (a package
+with ``dataplane`` / ``model_repository`` in MLServer): import its names from
+``mlserver.types``. Any ``mlserver.*`` name not in :data:`ALIASES`
+fails with a ModuleNotFoundError that says what trioserve provides.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+import types
+from collections.abc import Sequence
+from typing import Final
+
+ALIASES: Final[dict[str, str]] = {
+    "mlserver": "trioserve.model",
+    "mlserver.model": "trioserve.model.model",
+    "mlserver.types": "trioserve.model.types",
+    "mlserver.settings": "trioserve.model.settings",
+    "mlserver.errors": "trioserve.model.errors",
+    "mlserver.utils": "trioserve.model.utils",
+    "mlserver.metrics": "trioserve.model.metrics",
+    "mlserver.codecs": "trioserve.model.codecs",
+    "mlserver.codecs.base": "trioserve.model.codecs.base",
+    "mlserver.codecs.errors": "trioserve.model.codecs.errors",
+    "mlserver.codecs.utils": "trioserve.model.codecs.utils",
+    "mlserver.codecs.lists": "trioserve.model.codecs.lists",
+    "mlserver.codecs.numpy": "trioserve.model.codecs.numpy",
+    "mlserver.codecs.string": "trioserve.model.codecs.string",
+    "mlserver.codecs.base64": "trioserve.model.codecs.base64",
+    "mlserver.codecs.datetime": "trioserve.model.codecs.datetime",
+    "mlserver.codecs.decorator": "trioserve.model.codecs.decorator",
+}
+
+# Why some MLServer modules are missing, for the error message.
+_NOT_PROVIDED_HINTS: Final[dict[str, str]] = {
+    "mlserver.codecs.pandas": "PandasCodec needs pandas and is not provided",
+    "mlserver.server": "trioserve is the server; MLServer's own is not provided",
+}
+
+_lock = threading.Lock()
+
+
+class _AliasLoader(importlib.abc.Loader):
+    """Loads an alias as the target module itself."""
+
+    def __init__(self, target: str) -> None:
+        self._target = target
+        self._target_spec: importlib.machinery.ModuleSpec | None = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = importlib.import_module(self._target)
+        self._target_spec = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # The import system stamped the alias's spec on the shared module; give the module
+        # its own spec back so it stays a normal trioserve module.
+        if self._target_spec is not None:
+            module.__spec__ = self._target_spec
+
+
+class MlserverFinder(importlib.abc.MetaPathFinder):
+    """Resolves ``mlserver`` and the ``mlserver.*`` names of :data:`ALIASES`."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: types.ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "mlserver" and not fullname.startswith("mlserver."):
+            return None
+        if fullname in ALIASES:
+            target_name = ALIASES[fullname]
+            is_package = hasattr(importlib.import_module(target_name), "__path__")
+            return importlib.machinery.ModuleSpec(
+                fullname, _AliasLoader(target_name), is_package=is_package
+            )
+        hint = _NOT_PROVIDED_HINTS.get(fullname)
+        reason = f" ({hint})" if hint else ""
+        raise ModuleNotFoundError(
+            f"No module named {fullname!r}{reason}: the MLServer package is not installed and "
+            f"trioserve provides only {', '.join(sorted(ALIASES))}",
+            name=fullname,
+        )
+
+
+_finder: MlserverFinder | None = None
+
+
+def installed() -> bool:
+    return _finder is not None and _finder in sys.meta_path
+
+
+def install() -> bool:
+    """Install the ``mlserver`` import hook unless the real package exists. Idempotent.
+
+    Returns True when the hook is (now or already) installed, False when the real
+    ``mlserver`` package is importable and is left to serve the imports.
+    """
+    global _finder
+    with _lock:
+        if installed():
+            return True
+        if "mlserver" in sys.modules or importlib.util.find_spec("mlserver") is not None:
+            return False
+        _finder = MlserverFinder()
+        sys.meta_path.insert(0, _finder)
+        return True
+
+
+def uninstall() -> None:
+    """Remove the hook and forget the ``mlserver`` modules it provided (for tests)."""
+    global _finder
+    with _lock:
+        if _finder is None:
+            return
+        if _finder in sys.meta_path:
+            sys.meta_path.remove(_finder)
+        _finder = None
+        for name in list(sys.modules):
+            if name in ALIASES:
+                del sys.modules[name]
