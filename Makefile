@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# MLServer's own client side (its types, codecs, gRPC stubs and converters), which the
+# end-to-end tests drive trioserve with. A venv of its own: in the main one, workers would
+# import the real mlserver instead of trioserve's (tests/e2e/mlserver_clients.py).
+MLS_VENV := .venv-mlserver
+MLS_STAMP := $(MLS_VENV)/.installed-stamp
 STORE ?= model_store
 
 .PHONY: setup serve test lint typecheck unit clean asan protos
@@ -21,7 +26,12 @@ $(STAMP): pyproject.toml setup.py
 $(NATIVE): $(STAMP) native/collate.c native/collate.h native/build_collate.py
 	$(BIN)/python native/build_collate.py
 
-setup: $(STAMP) $(NATIVE)
+$(MLS_STAMP):
+	$(PYTHON) -m venv $(MLS_VENV)
+	$(MLS_VENV)/bin/pip install --quiet 'mlserver==1.7.1' requests httpx httpx-sse
+	touch $(MLS_STAMP)
+
+setup: $(STAMP) $(NATIVE) $(MLS_STAMP)
 
 ## Serve the bundled demo models in the foreground (Ctrl-C drains and stops).
 serve: setup
@@ -47,4 +57,4 @@ asan: setup
 	sh native/sanitize.sh
 
 clean:
-	rm -rf $(VENV) $(STORE) logs build .mypy_cache .pytest_cache .ruff_cache trioserve/_collate*.so
+	rm -rf $(VENV) $(MLS_VENV) $(STORE) logs build .mypy_cache .pytest_cache .ruff_cache trioserve/_collate*.so

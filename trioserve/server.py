@@ -49,9 +49,8 @@ from trioserve.grpc.inference import InferenceRpcs
 from trioserve.grpc.management import ManagementRpcs
 from trioserve.grpc.oip import SERVICE as OIP_SERVICE
 from trioserve.grpc.oip import oip_service
-from trioserve.http.errors import error_answer
 from trioserve.http.front import FastPath, Front, FrontSettings
-from trioserve.http.inference import create_inference_app, fast_path
+from trioserve.http.inference import create_inference_app, error_for_path, fast_path
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
@@ -218,7 +217,7 @@ def http_service(
             max_request_size=config.max_request_size,
             graceful_timeout=config.shutdown_grace_seconds,
         ),
-        error_body=error_answer,
+        error_body=error_for_path,
         on_response=metrics.http_status,
     )
     return partial(front.serve, address, shutdown_trigger=shutdown.wait)

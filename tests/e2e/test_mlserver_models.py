@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,42 @@ def test_models_all_loads_folders_and_archives(mls_store: Path, tmp_path: Path) 
     finally:
         server.stop()
         server.kill()
+
+
+# -- MLServer's own client side (its types, codecs, gRPC stubs and converters) ---------------
+
+MLS_PYTHON = Path(__file__).resolve().parents[2] / ".venv-mlserver" / "bin" / "python"
+
+
+def mlserver_client(server: Server, scenario: str) -> Any:
+    """Run tests/e2e/mlserver_clients.py with the real mlserver package (``make setup``
+    builds ``.venv-mlserver``)."""
+    assert MLS_PYTHON.exists(), f"{MLS_PYTHON} is missing: run `make setup`"
+    done = subprocess.run(
+        [str(MLS_PYTHON), str(Path(__file__).parent / "mlserver_clients.py"), scenario,
+         server.url, server.grpc_target],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_mlserver_rest_client(server: Server) -> None:
+    got = mlserver_client(server, "rest")
+    assert got["id"] == "rest-1" and got["model"] == "doubler"
+    assert got["x"] == [[2.5, 5.0, 7.5]]
+    assert json.loads(got["request"][0])["id"] == "rest-1"
+
+
+def test_mlserver_grpc_stubs_and_converters(server: Server) -> None:
+    got = mlserver_client(server, "grpc")
+    assert got["id"] == "grpc-1" and got["x"] == [[5.0, 7.5, 10.0]]
+    assert got["ready"] is True and got["inputs"] == [["x", "FP32", [-1, 3]]]
+
+
+def test_mlserver_stream_stubs_mlserver_shape(server: Server) -> None:
+    """ModelStreamInfer in MLServer's shape (the default), a folder and a .mar in one stream."""
+    got = mlserver_client(server, "stream")
+    assert [r["id"] for r in got] == ["s-0", "s-1", "s-2"]
+    assert [r["model"] for r in got] == ["doubler", "oip", "doubler"]
+    assert got[0]["x"] == [[0.0, 2.5, 5.0]] and got[1]["x"] == [[2.0, 4.0, 6.0]]

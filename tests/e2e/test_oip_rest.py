@@ -261,3 +261,35 @@ def _exists(client: triton.InferenceServerClient, name: str) -> bool:
     except InferenceServerException:
         return False
     return True
+
+
+def test_a_body_over_the_limit_gets_the_oip_error_body(server: Server) -> None:
+    """The front refuses an oversized body before routing; on an OIP path it still answers
+    ``{"error"}`` (Content-Length known up front, and a chunked body that grows too big)."""
+    import socket
+
+    def send(head: bytes, body: bytes = b"") -> tuple[int, bytes]:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(head + body)
+            data = b""
+            while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) == 0:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        status = int(data.split(b" ", 2)[1])
+        return status, data.split(b"\r\n\r\n", 1)[1]
+
+    big = 1 << 40
+    for path, expected in (("/v2/models/oip/infer", "error"), ("/predictions/oip", "code")):
+        status, body = send(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {big}\r\n\r\n".encode()
+        )
+        assert status == 413
+        assert expected in json.loads(body) and "max_request_size" in body.decode()
+    chunk = b"x" * (1 << 20)
+    status, body = send(
+        b"POST /v2/models/oip/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(8)),
+    )
+    assert status == 413 and "error" in json.loads(body)

@@ -37,10 +37,11 @@ DEFAULT_MAX_HEADERS: Final = 100
 class HttpError(Exception):
     """A request that cannot be read; answer ``status`` and close the connection."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, path: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.path = path  # the request's path, when its head was read
 
 
 @dataclass(slots=True)
@@ -139,7 +140,11 @@ class RequestReader:
             body = bytes(self._buffer[: head.content_length])
             del self._buffer[: head.content_length]
         else:
-            done = self._read_chunks()
+            try:
+                done = self._read_chunks()
+            except HttpError as error:
+                error.path = head.target.partition("?")[0]
+                raise
             if not done:
                 return None
             body = b"".join(self._chunks)
@@ -224,7 +229,7 @@ class RequestReader:
         if http11 and not host:
             raise HttpError(400, "missing Host header")
         if content_length > self.max_body_size:
-            raise HttpError(413, "request body too large")
+            raise HttpError(413, "request body too large", _path(target))
         if http11:
             keep_alive = b"close" not in connection
         else:
@@ -301,6 +306,14 @@ def _content_length(value: bytes, seen: int) -> int:
     if seen not in (-2, length):
         raise HttpError(400, "conflicting Content-Length values")
     return length
+
+
+def _path(target: bytes) -> str | None:
+    """The path of a raw request target, or None when it is not one."""
+    try:
+        return _origin_form(target.decode("ascii")).partition("?")[0]
+    except (UnicodeDecodeError, HttpError):
+        return None
 
 
 def _origin_form(target: str) -> str:

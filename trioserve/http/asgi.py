@@ -65,14 +65,15 @@ class AsgiRequest:
         except Exception as exc:
             log.exception("unexpected error in the ASGI application")
             if not self.status:
-                answer = self.front.error_body(errors.internal_error(exc))
+                answer = self.front.error_body(errors.internal_error(exc), self.request.path)
                 return await self.front.write_answer(
                     self.connection, "GET", "1.1", answer, keep_alive=False
                 )
             return False
         if not self.status:
             answer = self.front.error_body(
-                errors.internal_error(RuntimeError("the application sent no response"))
+                errors.internal_error(RuntimeError("the application sent no response")),
+                self.request.path,
             )
             return await self.front.write_answer(
                 self.connection, "GET", "1.1", answer, keep_alive=False

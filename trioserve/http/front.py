@@ -53,7 +53,9 @@ _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 FastPath = Callable[[Request], Awaitable[Answer | None]]
 """Answers a request, or returns None to hand it to the ASGI app."""
 
-ErrorBody = Callable[[ServeError], Answer]
+ErrorBody = Callable[[ServeError, str | None], Answer]
+"""The answer to a failure, given the request's path when it is known (a protocol served on
+some paths, like the OIP's ``/v2``, answers its own error body there)."""
 
 
 @dataclass
@@ -190,7 +192,7 @@ class _Connection:
     async def _send_error(self, error: HttpError) -> None:
         if error.status == 413:
             limit = self.front.settings.max_request_size
-            answer = self.front.error_body(errors.request_too_large(limit))
+            answer = self.front.error_body(errors.request_too_large(limit), error.path)
         else:
             answer = protocol_error_answer(error.status, error.message)
         await self.front.write_answer(self, "GET", "1.1", answer, keep_alive=False)
@@ -277,7 +279,7 @@ class Front:
                 answer = await self.fast_path(request)
             except Exception as exc:
                 log.exception("unexpected error while handling a request")
-                answer = self.error_body(errors.internal_error(exc))
+                answer = self.error_body(errors.internal_error(exc), request.path)
         if answer is None:
             return await AsgiRequest(self, connection, request, keep_alive).run()
         return await self.write_answer(
@@ -299,7 +301,7 @@ class Front:
         except ValueError as exc:
             log.error("refusing a response: %s", exc)
             await _close_body(answer.body)
-            answer = self.error_body(errors.internal_error(exc))
+            answer = self.error_body(errors.internal_error(exc), None)
             headers, keep = encode_headers(answer.headers), False
         if self.on_response is not None and not answer.counted:
             self.on_response(answer.status)

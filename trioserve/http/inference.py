@@ -235,12 +235,17 @@ def fast_path(
     return answer
 
 
-def _answer_error(error: ServeError) -> Answer:
-    """The Quart app's answer to a failure: the OIP error body on an OIP path, TorchServe's
-    elsewhere."""
-    if oip.is_oip_path(request.path):
+def error_for_path(error: ServeError, path: str | None) -> Answer:
+    """The inference port's answer to a failure: the OIP error body on an OIP path,
+    TorchServe's elsewhere (and when the path is unknown)."""
+    if path is not None and oip.is_oip_path(path):
         return oip.oip_error(error)
     return error_answer(error)
+
+
+def _answer_error(error: ServeError) -> Answer:
+    """The Quart app's answer to a failure (see :func:`error_for_path`)."""
+    return error_for_path(error, request.path)
 
 
 def create_inference_app(
