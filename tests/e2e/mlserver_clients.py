@@ -18,7 +18,7 @@ from mlserver.codecs import NumpyCodec, NumpyRequestCodec, StringCodec
 from mlserver.grpc import dataplane_pb2 as pb
 from mlserver.grpc import dataplane_pb2_grpc as pb_grpc
 from mlserver.grpc.converters import ModelInferRequestConverter, ModelInferResponseConverter
-from mlserver.types import InferenceRequest, InferenceResponse
+from mlserver.types import InferenceRequest, InferenceResponse, Parameters
 
 
 def request(value: float, request_id: str) -> InferenceRequest:
@@ -38,6 +38,58 @@ def decoded(response: InferenceResponse) -> dict[str, Any]:
         else:
             found[output.name] = NumpyCodec.decode_output(output).tolist()
     return found
+
+
+def text(words: str, request_id: str, grpc: bool = False, **parameters: Any) -> InferenceRequest:
+    """A BYTES input ``text`` (str elements for JSON, bytes for gRPC, as MLServer's docs)."""
+    payload = InferenceRequest(
+        id=request_id, inputs=[StringCodec.encode_input("text", [words], use_bytes=grpc)]
+    )
+    if parameters:
+        payload.parameters = Parameters(**parameters)
+    return payload
+
+
+def streams(scenario: str, target: str) -> Any:
+    """ModelStreamInfer with MLServer's stubs and converters (MLServer's response shape)."""
+    model = "doubler" if scenario == "predict_each" else "streamer"
+    if scenario == "tokens":  # unary in, stream out
+        payloads = [text("alpha beta gamma", "t-1", True)]
+    elif scenario == "tokens_in":  # stream in, stream out
+        payloads = [
+            text("alpha beta", "t-1", True),
+            text("gamma", "t-2", True),
+            text("delta", "t-3", True),
+        ]
+    elif scenario == "predict_each":  # stream in, one answer each (no predict_stream)
+        payloads = [
+            NumpyRequestCodec.encode_request(np.array([float(i)], np.float32)) for i in range(3)
+        ]
+        for i, payload in enumerate(payloads):
+            payload.inputs[0].name = "x"
+            payload.id = f"p-{i}"
+    else:  # cancel: a stream that never ends, cancelled after three answers
+        payloads = [text("forever", "grpc-cancel", True, delay=0.01)]
+    with grpc.insecure_channel(target) as channel:
+        stub = pb_grpc.GRPCInferenceServiceStub(channel)
+        messages = [
+            ModelInferRequestConverter.from_types(p, model_name=model, model_version="")
+            for p in payloads
+        ]
+        if scenario == "cancel":
+            gate = __import__("threading").Event()
+
+            def requests_then_wait() -> Any:
+                yield from messages
+                gate.wait(30)  # keep the input open: the client cancels instead
+
+            call = stub.ModelStreamInfer(requests_then_wait(), timeout=30)
+            got = [decoded(ModelInferResponseConverter.to_types(next(call))) for _ in range(3)]
+            call.cancel()
+            gate.set()
+            return got
+        responses = stub.ModelStreamInfer(iter(messages), timeout=30)
+        return [decoded(ModelInferResponseConverter.to_types(r)) for r in responses]
 
 
 def main() -> None:
@@ -70,10 +122,43 @@ def main() -> None:
                 ModelInferRequestConverter.from_types(
                     request(float(i), f"s-{i}"), model_name=model, model_version=""
                 )
-                for i, model in enumerate(["doubler", "oip", "doubler"])
+                for i, model in enumerate(["oip", "doubler", "oip"])
             ]
             responses = stub.ModelStreamInfer(iter(messages), timeout=30)
             result = [decoded(ModelInferResponseConverter.to_types(r)) for r in responses]
+    elif scenario in ("tokens", "tokens_in", "predict_each", "cancel"):
+        result = streams(scenario, target)
+    elif scenario == "sse":
+        # MLServer's documented streaming client: httpx_sse over generate_stream
+        import httpx
+        from httpx_sse import connect_sse
+
+        payload = text("one two three", "sse-client")
+        with (
+            httpx.Client(timeout=30) as client,
+            connect_sse(
+                client,
+                "POST",
+                f"{http}/v2/models/streamer/generate_stream",
+                json=payload.model_dump(),
+            ) as source,
+        ):
+            result = [
+                StringCodec.decode_output(InferenceResponse.model_validate_json(e.data).outputs[0])
+                for e in source.iter_sse()
+            ]
+        # and the non-streaming generate route, with requests
+        reply = requests.post(
+            f"{http}/v2/models/streamer/generate",
+            json=text("a b c d", "g").model_dump(),
+            timeout=30,
+        )
+        result = {
+            "sse": result,
+            "generate": NumpyCodec.decode_output(
+                InferenceResponse.model_validate(reply.json()).outputs[0]
+            ).tolist(),
+        }
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     print(json.dumps(result))

@@ -253,8 +253,10 @@ def test_mlserver_grpc_stubs_and_converters(server: Server) -> None:
 
 
 def test_mlserver_stream_stubs_mlserver_shape(server: Server) -> None:
-    """ModelStreamInfer in MLServer's shape (the default), a folder and a .mar in one stream."""
+    """ModelStreamInfer in MLServer's shape (the default): a stream that opens on a
+    TorchServe model answers its requests one by one, so it may reach a folder too (one that
+    opens on an MLServer model is that model's stream: test_mlserver_streaming.py)."""
     got = mlserver_client(server, "stream")
     assert [r["id"] for r in got] == ["s-0", "s-1", "s-2"]
-    assert [r["model"] for r in got] == ["doubler", "oip", "doubler"]
-    assert got[0]["x"] == [[0.0, 2.5, 5.0]] and got[1]["x"] == [[2.0, 4.0, 6.0]]
+    assert [r["model"] for r in got] == ["oip", "doubler", "oip"]
+    assert got[0]["x"] == [[0.0, 2.0, 4.0]] and got[1]["x"] == [[2.5, 5.0, 7.5]]

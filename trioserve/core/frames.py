@@ -50,6 +50,8 @@ class Kind(enum.IntEnum):
     PONG = 7  # worker -> server: heartbeat answer {n}
     SHUTDOWN = 8  # server -> worker: finish and exit
     METRICS = 9  # worker -> server: handler metrics {metrics: [...]}
+    STREAM_INPUT = 10  # server -> worker: the next input of a streamed request {id, end}
+    STREAM_ACK = 11  # server -> worker: {id, n} n more intermediate replies were read
 
 
 class FrameError(ValueError):

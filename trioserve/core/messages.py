@@ -94,7 +94,49 @@ def encode_batch(batch_id: int, items: list[WorkItem]) -> bytes:
 
 def decode_batch(frame: Frame) -> tuple[int, list[WorkItem]]:
     _expect(frame, Kind.BATCH)
-    batch_id = _int(frame.meta, "batch_id")
+    return _int(frame.meta, "batch_id"), _decode_items(frame)
+
+
+def encode_stream_input(
+    request_id: str,
+    params: list[Param],
+    *,
+    end: bool,
+    headers: list[tuple[str, str]] | None = None,
+) -> bytes:
+    """The next input of the streamed request ``request_id`` (``params`` and ``headers`` as a
+    work item's; ``end``: none will follow, and ``params`` may be empty)."""
+    blobs: list[bytes | bytearray | memoryview] = []
+    described = []
+    for p in params:
+        described.append({"name": p.name, "ct": p.content_type, "blob": len(blobs)})
+        blobs.append(p.value)
+    head = [list(h) for h in headers or ()]
+    meta = {"requests": [{"id": request_id, "headers": head, "params": described}], "end": end}
+    return encode(Kind.STREAM_INPUT, meta, blobs)
+
+
+def decode_stream_input(frame: Frame) -> tuple[WorkItem, bool]:
+    """``(the input as a work item, end)`` of a STREAM_INPUT frame."""
+    _expect(frame, Kind.STREAM_INPUT)
+    items = _decode_items(frame)
+    end = frame.meta.get("end")
+    if len(items) != 1 or not isinstance(end, bool):
+        raise FrameError("a STREAM_INPUT frame holds one request and a boolean 'end'")
+    return items[0], end
+
+
+def encode_stream_ack(request_id: str, count: int) -> bytes:
+    """``count`` more intermediate replies of ``request_id`` were read by its client."""
+    return encode(Kind.STREAM_ACK, {"id": request_id, "n": count})
+
+
+def decode_stream_ack(frame: Frame) -> tuple[str, int]:
+    _expect(frame, Kind.STREAM_ACK)
+    return _str(frame.meta, "id"), _int(frame.meta, "n")
+
+
+def _decode_items(frame: Frame) -> list[WorkItem]:
     raw = frame.meta.get("requests")
     if not isinstance(raw, list):
         raise FrameError("field 'requests' must be a list")
@@ -120,7 +162,7 @@ def decode_batch(frame: Frame) -> tuple[int, list[WorkItem]]:
                 raise FrameError("param content type must be a string or null")
             params.append(Param(_str(p, "name"), _blob(frame.blobs, p.get("blob")), ct))
         items.append(WorkItem(_str(req, "id"), [(h[0], h[1]) for h in headers_raw], params))
-    return batch_id, items
+    return items
 
 
 def encode_reply(reply: BatchReply) -> bytes:

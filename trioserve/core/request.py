@@ -33,6 +33,9 @@ class InferenceRequest:
     sequence_id: str | None = None
     # The client ends the sequence with this request (closed once it is answered).
     ends_sequence: bool = False
+    # Answered as a stream with a bounded window of unread replies, and (for a streamed
+    # input) fed more inputs while it runs (``Call.send_input``).
+    streamed: bool = False
 
     def work_item(self) -> WorkItem:
         return WorkItem(self.request_id, self.headers, self.params)

@@ -20,6 +20,7 @@ input), UNAVAILABLE (not ready, queue full), INTERNAL (the handler failed).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -66,6 +67,7 @@ from trioserve.grpc.oip_messages import (
     requested_outputs,
     tensor_metadata,
 )
+from trioserve.grpc.oip_stream import stream_into_model, streams_into_model
 from trioserve.grpc.ordered import answer_in_order
 from trioserve.runtime import oip, oip_repository
 from trioserve.runtime.dataplane import Call, Dataplane
@@ -190,7 +192,29 @@ class OipRpcs:
     ) -> None:
         """Requests are submitted as they arrive and answered strictly in their order, one
         message per reply. When the client half-closes, every request already read is still
-        answered before OK."""
+        answered before OK. To an MLServer model the whole stream is one request
+        (:mod:`trioserve.grpc.oip_stream`)."""
+        first = await receive()
+        if first is None:
+            return
+        try:
+            model = self._dataplane.model(first.model_name, first.model_version or None)
+        except ServeError:
+            model = None  # answered in its turn below
+        if model is not None and streams_into_model(model):
+            try:
+                await stream_into_model(
+                    self._dataplane, model, first, receive, context, self._send_each(send)
+                )
+            except ClientGone:
+                raise
+            except ServeError as error:
+                await self._failed(oip_error(error), send)
+            return
+        replay: list[ModelInferRequest] = [first]
+
+        async def again() -> ModelInferRequest | None:
+            return replay.pop() if replay else await receive()
 
         async def answer(pending: _Pending) -> None:
             try:
@@ -201,7 +225,7 @@ class OipRpcs:
                 await self._failed(oip_error(error), send)
 
         await answer_in_order(
-            receive,
+            again,
             lambda message: self._accept(message, context),
             answer,
             lambda pending: pending.call,
@@ -263,12 +287,22 @@ class OipRpcs:
         assert pending.call is not None and pending.model is not None
         async for reply, _final in pending.call.replies():
             response = infer_response(
-                pending.model, pending.message, oip.outputs_of(reply), pending.requested or []
+                pending.model,
+                pending.message,
+                oip.outputs_of(reply),
+                pending.requested or [],
+                oip.response_id(reply, pending.message.id),
             )
             await send(self._wrap(response))
 
     def _wrap(self, response: ModelInferResponse) -> Any:
         return response
+
+    def _send_each(self, send: Send[Any]) -> Callable[[ModelInferResponse], Awaitable[None]]:
+        async def each(response: ModelInferResponse) -> None:
+            await send(self._wrap(response))
+
+        return each
 
     async def _failed(self, error: ServeError, send: Send[Any]) -> None:
         """MLServer's shape: an error ends the stream with its status."""

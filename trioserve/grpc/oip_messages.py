@@ -158,13 +158,15 @@ def infer_response(
     message: ModelInferRequest,
     outputs: Sequence[Tensor],
     requested: Sequence[RequestedOutput],
+    response_id: str | None = None,
 ) -> ModelInferResponse:
-    """The answer to ``message``: the chosen outputs, their data in ``raw_output_contents``."""
+    """The answer to ``message``: the chosen outputs, their data in ``raw_output_contents``;
+    its id is ``response_id`` when given, else the request's."""
     chosen = [tensor for tensor, _binary in select_outputs(outputs, requested, True)]
     return ModelInferResponse(
         model_name=model.name,
         model_version=model.version,
-        id=message.id,
+        id=response_id or message.id,
         outputs=[
             ModelInferResponseInferOutputTensor(
                 name=tensor.name,

@@ -114,8 +114,8 @@ class _Connection:
                     await self._serve()
                 finally:
                     nursery.cancel_scope.cancel()
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the client went away while we were writing
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away while we were writing (the nursery groups it)
         finally:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True

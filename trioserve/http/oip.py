@@ -53,8 +53,10 @@ from trioserve.runtime.oip import (
     declared_inputs,
     final_outputs,
     is_handler_exception,
+    is_stream_end,
     model_metadata,
     outputs_of,
+    response_id,
     submit,
 )
 
@@ -260,14 +262,20 @@ def read_request(
 
 
 def _encoded(
-    model: ModelVersion, request: InferRequest, outputs: list[Tensor], *, binary: bool = True
+    model: ModelVersion,
+    request: InferRequest,
+    outputs: list[Tensor],
+    *,
+    binary: bool = True,
+    answer_id: str | None = None,
 ) -> tuple[bytes, int | None]:
     """The response body, and the JSON header's length when outputs are binary (``binary``
-    false: JSON only, whatever the request's default)."""
+    false: JSON only, whatever the request's default); its id is ``answer_id`` when given,
+    else the request's."""
     return encode_infer_response(
         model_name=model.name,
         model_version=model.version,
-        id=request.id,
+        id=answer_id or request.id,
         parameters=None,
         outputs=outputs,
         requested=request.outputs,
@@ -318,9 +326,15 @@ class EventStream:
             raise StopAsyncIteration from None
         if final:
             self._finish()
+            if is_stream_end(reply):  # the stream's answers all went before it
+                raise StopAsyncIteration
         try:
             # JSON only: infer_stream refused binary outputs before submitting.
-            body, _length = _encoded(self._model, self._request, outputs_of(reply), binary=False)
+            answer_id = response_id(reply, self._request.id)
+            outputs = outputs_of(reply)
+            body, _length = _encoded(
+                self._model, self._request, outputs, binary=False, answer_id=answer_id
+            )
         except ServeError as error:
             self._finish()
             return _error_event(error)
@@ -349,7 +363,12 @@ async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: Infer
             f"parameters.binary_data is true for {', '.join(repr(name) for name in binary)}",
         )
     call = submit(
-        dataplane, model, request.inputs, request_id=request.id, parameters=request.parameters
+        dataplane,
+        model,
+        request.inputs,
+        request_id=request.id,
+        parameters=request.parameters,
+        stream="out",
     )
     headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", SSE_TYPE)]
     return Answer(200, headers, EventStream(call, model, request))

@@ -32,7 +32,7 @@ import trio
 
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
-from trioserve.core.messages import Reply
+from trioserve.core.messages import Param, Reply, encode_stream_input
 from trioserve.core.request import InferenceRequest, Outcome
 from trioserve.runtime.jobs import Job, each_reply
 from trioserve.runtime.manager import ModelManager
@@ -179,6 +179,18 @@ class Call:
     def cancel(self) -> None:
         """The adapter no longer wants the answer. Safe to call in any state, repeatedly."""
         self._job.cancel()
+
+    def send_input(
+        self,
+        params: list[Param],
+        *,
+        end: bool = False,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        """One more input of a streamed request (``end``: the last; ``params`` may then be
+        empty). Inputs reach the worker in order, once the request is running there."""
+        frame = encode_stream_input(self.request_id, params, end=end, headers=headers)
+        self._job.send_input(frame)
 
     async def __aenter__(self) -> Call:
         return self

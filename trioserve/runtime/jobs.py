@@ -34,12 +34,15 @@ class Job:
     __slots__ = (
         "_closed",
         "_ended",
+        "_input_sink",
+        "_inputs",
         "_items",
         "_on_cancel",
         "_remove",
         "_waiter",
         "enqueued_at",
         "on_end",
+        "on_read",
         "request",
         "started_at",
         "state",
@@ -61,6 +64,12 @@ class Job:
         # Told once when the job ends (answered, failed or cancelled), with its final reply
         # if it had one: a sequence's next request may go once this one has ended.
         self.on_end: Callable[[Job, Reply | None], None] | None = None
+        # A streamed request: its further inputs (frames for its worker, held until the job
+        # reached one) and, told each time the adapter reads an intermediate reply, the
+        # worker's send window (see :meth:`stream_to`).
+        self._inputs: list[bytes] = []
+        self._input_sink: Callable[[bytes], None] | None = None
+        self.on_read: Callable[[], None] | None = None
 
     @property
     def request_id(self) -> str:
@@ -80,6 +89,24 @@ class Job:
         self.started_at = trio.current_time()
         self._remove = None
         self._on_cancel = on_cancel
+
+    def stream_to(self, sink: Callable[[bytes], None], on_read: Callable[[], None]) -> None:
+        """The job's batch is on its worker: further inputs go to ``sink`` (those held so far
+        first), and each intermediate reply the adapter reads is told to ``on_read``."""
+        self._input_sink = sink
+        self.on_read = on_read
+        held, self._inputs = self._inputs, []
+        for frame in held:
+            sink(frame)
+
+    def send_input(self, frame: bytes) -> None:
+        """One more input of a streamed request (a STREAM_INPUT frame), in order."""
+        if self._ended or self._closed:
+            return
+        if self._input_sink is None:
+            self._inputs.append(frame)
+        else:
+            self._input_sink(frame)
 
     def unstart(self) -> None:
         """The job's batch never reached the worker: it is queued again (by the caller)."""
@@ -114,6 +141,8 @@ class Job:
     def _end(self, state: JobState, reply: Reply | None = None) -> None:
         self.state = state
         self._on_cancel = None
+        self._input_sink = None
+        self._inputs = []
         self._remove = None
         self._ended = True
         self._wake()
@@ -139,6 +168,8 @@ class Job:
         item = self._items.popleft()
         if isinstance(item, ServeError):
             raise item
+        if not item[1] and self.on_read is not None:
+            self.on_read()
         return item
 
     def replies(self) -> AsyncIterator[tuple[Reply, bool]]:

@@ -17,7 +17,15 @@ from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Reply
 from trioserve.core.oip.raw import TensorMeta
 from trioserve.core.oip.tensor import Parameters, Tensor
-from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, request_header, tensor_param
+from trioserve.core.oip.transport import (
+    END_HEADER,
+    OIP_HEADER,
+    RESPONSE_ID_HEADER,
+    STREAM_HEADER,
+    reply_outputs,
+    request_header,
+    tensor_param,
+)
 from trioserve.core.request import InferenceRequest
 from trioserve.runtime.dataplane import Call, Dataplane
 from trioserve.runtime.model import ModelVersion
@@ -97,13 +105,18 @@ def submit(
     deadline: float | None = None,
     request_id: str | None = None,
     parameters: Parameters | None = None,
+    stream: str | None = None,
 ) -> Call:
     """Queue one OIP request: each input tensor becomes one handler input; the request's
-    ``id`` and ``parameters`` travel with it (an MLServer model sees them)."""
+    ``id`` and ``parameters`` travel with it (an MLServer model sees them). ``stream``
+    asks for the answers as a stream: ``"out"`` for this input, ``"in"`` when more inputs
+    follow (:func:`send_inputs`)."""
     headers = [(OIP_HEADER, "1")]
     described = request_header(request_id, parameters or {})
     if described is not None:
         headers.append(described)
+    if stream is not None:
+        headers.append((STREAM_HEADER, stream))
     return dataplane.submit(
         InferenceRequest(
             model=model.name,
@@ -111,8 +124,34 @@ def submit(
             params=[tensor_param(tensor) for tensor in inputs],
             headers=headers,
             deadline=deadline,
+            streamed=stream is not None,
         )
     )
+
+
+def send_inputs(
+    call: Call,
+    inputs: Sequence[Tensor],
+    request_id: str | None = None,
+    parameters: Parameters | None = None,
+) -> None:
+    """The next input of a call submitted with ``stream="in"``."""
+    headers = [(OIP_HEADER, "1")]
+    described = request_header(request_id, parameters or {})
+    if described is not None:
+        headers.append(described)
+    call.send_input([tensor_param(tensor) for tensor in inputs], headers=headers)
+
+
+def response_id(reply: Reply, request_id: str | None) -> str | None:
+    """The id to answer with: the model's own (an MLServer model's response id), else the
+    request's."""
+    return reply.headers.get(RESPONSE_ID_HEADER) or request_id
+
+
+def is_stream_end(reply: Reply) -> bool:
+    """Whether ``reply`` only marks the end of a stream (no outputs of its own)."""
+    return END_HEADER in reply.headers and reply.status < 400
 
 
 def outputs_of(reply: Reply) -> list[Tensor]:
@@ -154,7 +193,10 @@ __all__ = [
     "declared_inputs",
     "final_outputs",
     "is_handler_exception",
+    "is_stream_end",
     "model_metadata",
     "outputs_of",
+    "response_id",
+    "send_inputs",
     "submit",
 ]

@@ -27,6 +27,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ from trioserve.core.messages import (
     encode_batch,
     encode_cancel,
     encode_load,
+    encode_stream_ack,
 )
 from trioserve.runtime.batcher import Batcher
 from trioserve.runtime.connection import WorkerConnection
@@ -133,12 +135,13 @@ class WorkerSupervisor:
         self._stop_requested = False
         self._failure: WorkerFailure | None = None  # reported by the frame reader
         self._state_changed = trio.Event()
-        self._cancel_send, self._cancel_recv = trio.open_memory_channel[str](math.inf)
+        # Frames for the process besides batches: CANCELs, a stream's inputs and acks.
+        self._control_send, self._control_recv = trio.open_memory_channel[bytes](math.inf)
         # The batches sent to the process and not ended, and their jobs: the first batch
         # runs; one behind it (a full batch the process starts as soon as the running one
         # ends) has not started, so a failure requeues it.
         self._inflight: InFlight[Job] = InFlight(
-            on_cancel=self._cancel_send.send_nowait,
+            on_cancel=self._send_cancel,
             clock=trio.current_time,
             continuous=settings.continuous,
         )
@@ -239,7 +242,7 @@ class WorkerSupervisor:
                 await self._load(conn, process)
                 if self.settings.on_loaded is not None:
                     self.settings.on_loaded(self.name, (trio.current_time() - load_began) * 1000.0)
-                nursery.start_soon(self._send_cancels, conn)
+                nursery.start_soon(self._send_controls, conn)
                 nursery.start_soon(self._read_frames, conn, process)
                 await self._serve(conn, process)
             except WorkerFailure as exc:
@@ -311,11 +314,18 @@ class WorkerSupervisor:
                 errors.worker_died(), detail=f"model load failed ({code}): {message}"
             )
 
-    async def _send_cancels(self, conn: WorkerConnection) -> None:
+    def _ack(self, job: Job) -> None:
+        """The client read one more intermediate reply of a streamed job."""
+        self._control_send.send_nowait(encode_stream_ack(job.request_id, 1))
+
+    def _send_cancel(self, request_id: str) -> None:
+        self._control_send.send_nowait(encode_cancel([request_id]))
+
+    async def _send_controls(self, conn: WorkerConnection) -> None:
         # A broken connection is noticed (and reported) by the serving loop.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            async for request_id in self._cancel_recv:
-                await conn.send(encode_cancel([request_id]))
+            async for frame in self._control_recv:
+                await conn.send(frame)
 
     def assign(self, batch: list[Job]) -> None:
         """The batcher hands this worker a batch (it said it was idle, or offered to take a
@@ -447,6 +457,9 @@ class WorkerSupervisor:
             else:
                 frame = step_frame(batch_id, resumed, batch)
             await conn.send(frame)
+            for job in batch:
+                if job.request.streamed:
+                    job.stream_to(self._control_send.send_nowait, partial(self._ack, job))
         except BaseException:
             # Never reached the worker: give the new jobs back to the queue, in order (the
             # resumed ones stay in flight, to fail with the process).

@@ -41,7 +41,6 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import NoReturn, cast
 
 import outcome
@@ -52,8 +51,9 @@ from trioserve.core.frames import Frame, FrameDecoder, FrameError, Kind, encode
 from trioserve.core.messages import (
     BatchReply,
     LoadSpec,
-    WorkItem,
     decode_cancel,
+    decode_stream_ack,
+    decode_stream_input,
     encode_load_result,
     encode_reply,
 )
@@ -68,9 +68,10 @@ from trioserve.worker.handler_thread import HandlerThread
 from trioserve.worker.loader import load_handler
 from trioserve.worker.metrics import MetricsCache
 from trioserve.worker.mlmodel import MLModelRunner, load_mlmodel
+from trioserve.worker.pending import Pending, PendingBatch, PendingLoad
 from trioserve.worker.replies import error_reply
 from trioserve.worker.streaming import IntermediateChannel
-from trioserve.worker.tensors import BatchTensor, TensorSpecError, parse_batch_tensors
+from trioserve.worker.tensors import TensorSpecError, parse_batch_tensors
 from trioserve.worker.wire import decode_batch
 
 log = logging.getLogger("trioserve.worker")
@@ -90,25 +91,6 @@ def exit_now(status: int, why: str) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(status)
-
-
-@dataclass(slots=True)
-class PendingLoad:
-    """A LOAD received, for the handler thread to carry out."""
-
-    spec: LoadSpec
-
-
-@dataclass(slots=True)
-class PendingBatch:
-    """A BATCH received and checked, for the handler thread to run."""
-
-    batch_id: int
-    items: list[WorkItem]
-    tensors: dict[str, BatchTensor] = field(default_factory=dict)
-
-
-Pending = PendingLoad | PendingBatch
 
 
 def _nothing() -> None:
@@ -201,6 +183,10 @@ class WorkerLoop:
                 log.warning("ignoring a malformed CANCEL frame: %s", exc)
                 return
             self._cancels.cancel(ids)
+            if isinstance(self.entry, MLModelRunner):
+                self.entry.cancel(ids)
+        elif kind in (Kind.STREAM_INPUT, Kind.STREAM_ACK):
+            self._on_stream_frame(frame)
         elif kind is Kind.LOAD:
             await self._on_load(frame)
         elif kind is Kind.SHUTDOWN:
@@ -210,6 +196,19 @@ class WorkerLoop:
                 self._pending_in.close()
         else:
             log.warning("ignoring a %s frame: the server does not send those", kind.name)
+
+    def _on_stream_frame(self, frame: Frame) -> None:
+        runner = self.entry
+        if not isinstance(runner, MLModelRunner):
+            log.warning("ignoring a %s frame: this model does not stream", frame.kind.name)
+            return
+        try:
+            if frame.kind is Kind.STREAM_ACK:
+                runner.ack(*decode_stream_ack(frame))
+            else:
+                runner.feed(*decode_stream_input(frame))
+        except FrameError as exc:
+            log.warning("ignoring a malformed %s frame: %s", frame.kind.name, exc)
 
     async def _on_load(self, frame: Frame) -> None:
         if self._load_seen:
@@ -272,6 +271,8 @@ class WorkerLoop:
                 self._submit(pending)
         # Batches handed to the handler thread are not awaited one by one: wait for the last.
         await self._thread.run(_nothing)
+        if isinstance(self.entry, MLModelRunner):
+            await trio.to_thread.run_sync(self.entry.wait_idle)
         return 0
 
     def _go_direct(self) -> None:
@@ -287,6 +288,10 @@ class WorkerLoop:
         self._direct = True
 
     def _submit(self, batch: PendingBatch) -> None:
+        if isinstance(self.entry, MLModelRunner):  # its own event loop answers
+            self._cancels.release([item.request_id for item in batch.items])
+            self.entry.submit(batch.batch_id, batch.items)
+            return
         self._thread.submit(functools.partial(self._batch_in_thread, batch))
 
     async def _load(self, spec: LoadSpec) -> bool:
@@ -303,7 +308,7 @@ class WorkerLoop:
         )
         log.info("loading model %s with handler %s", spec.model_name, spec.handler)
         result = await self._thread.run(
-            functools.partial(load_mlmodel, spec)
+            functools.partial(load_mlmodel, spec, self._send_from_thread)
             if spec.model_settings is not None
             else functools.partial(
                 load_handler, spec.handler, spec.model_dir, context, spec.envelope
@@ -344,12 +349,10 @@ class WorkerLoop:
 
     def _reply_to(self, batch: PendingBatch) -> BatchReply:
         entry, context = self.entry, self.context
-        if entry is None or context is None:
+        if entry is None or context is None or isinstance(entry, MLModelRunner):
             return error_reply(batch.batch_id, 503, "no model is loaded in this worker")
         channel = IntermediateChannel(batch.batch_id, self._send_from_thread)
         try:
-            if isinstance(entry, MLModelRunner):
-                return entry.reply(batch.batch_id, batch.items)
             if any(oip.is_oip(item) for item in batch.items):
                 return oip.run_batch(
                     entry,

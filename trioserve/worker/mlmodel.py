@@ -5,143 +5,251 @@
 trioserve's :mod:`trioserve.model` otherwise (:mod:`trioserve.worker.mlserver_shim`), builds
 its ``ModelSettings`` from the document the server sends, and awaits its ``load()``.
 
-The model's coroutines run on an asyncio event loop the runner owns, in the handler thread.
-Each OIP request of a batch becomes an ``InferenceRequest`` (its inputs' data flat, BYTES
-elements as ``str`` when UTF-8, else ``bytes``; the request's ``id`` and ``parameters``
-and each input's parameters as sent) and the batch's requests are predicted concurrently
-(``asyncio.gather``); each ``InferenceResponse``'s outputs go back as OIP output tensors. A
-request whose ``predict`` raises fails alone: an ``MLServerError`` with its status code,
-anything else with 500 and the exception's text. A request that is not OIP is refused with
-400 saying which routes reach the model.
+The model's coroutines run as tasks on an asyncio event loop in a thread of its own (the
+"model loop"), one task per request, so a batch's requests and any number of streams run
+concurrently; the trio thread only hands work over (:meth:`MLModelRunner.submit`,
+:meth:`cancel`, :meth:`feed`, :meth:`ack`) and the loop writes the answers itself. A
+request is unary (``predict``) or, marked with ``STREAM_HEADER``, a stream: the model's
+``predict_stream`` gets an async iterator of requests (the first one, then each
+STREAM_INPUT of a streamed input until its end) and every response it yields goes out at
+once as an intermediate reply; the final reply only marks the end (``END_HEADER``), or
+carries the error the generator raised. A model that does not override ``predict_stream``
+answers each input of a stream with ``predict``. A CANCEL cancels the request's task and
+closes the generator (its ``finally`` runs). At most :data:`STREAM_WINDOW` intermediate
+replies of a stream are unread by its client at a time: past that the task stops pulling
+from the generator until a STREAM_ACK says the client has read more.
+
+Request and response conversion is in :mod:`trioserve.worker.mlmodel_io`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Final
 
 from trioserve.core.errors import ErrorKind, ServeError
-from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem
-from trioserve.core.oip.tensor import Parameters, Tensor
-from trioserve.core.oip.transport import (
-    OIP_HEADER,
-    OUTPUTS_HEADER,
-    REQUEST_HEADER,
-    is_tensor_param,
-    outputs_reply,
-    param_tensor,
-)
+from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem, encode_reply
+from trioserve.core.oip.transport import END_HEADER, STREAM_HEADER
 from trioserve.worker.errors import LoadError
+from trioserve.worker.mlmodel_io import answer_reply, failed, inference_request
 
 log = logging.getLogger("trioserve.worker")
 
 SETTINGS_FILE = "model-settings.json"
+STREAM_WINDOW: Final = 16  # intermediate replies of one stream its client has not read
+CANCELLED: Final = 499  # the final status of a request whose client went away
+
+
+class _Stream:
+    """The state of one streamed request: its further inputs and its send window."""
+
+    def __init__(self) -> None:
+        self.inputs: asyncio.Queue[WorkItem | None] = asyncio.Queue()
+        self.window = asyncio.Semaphore(STREAM_WINDOW)
 
 
 class MLModelRunner:
-    """A loaded MLServer-style model and the event loop its coroutines run on."""
+    """A loaded MLServer-style model and the event loop (in its own thread) it runs on."""
 
-    def __init__(self, model: Any, loop: asyncio.AbstractEventLoop, types: Any) -> None:
+    def __init__(self, model: Any, types: Any, send: Callable[[bytes], None]) -> None:
         self.model = model
-        self._loop = loop
         self._types = types
-
-    # -- a batch ------------------------------------------------------------------------
-
-    def reply(self, batch_id: int, items: Sequence[WorkItem]) -> BatchReply:
-        """Predict every request of the batch; one reply each, in order."""
-        requests: list[Any] = []
-        replies: list[Reply | None] = []
-        for item in items:
-            try:
-                requests.append(self._request(item))
-                replies.append(None)
-            except ServeError as error:
-                replies.append(_failed(item.request_id, error.code or 400, error.message))
-        results = self._loop.run_until_complete(self._predict_all(requests))
-        answers = iter(results)
-        merged: list[Reply] = []
-        for item, reply in zip(items, replies, strict=True):
-            merged.append(reply if reply is not None else self._answer(item, next(answers)))
-        return BatchReply(batch_id, 200, "Prediction success", merged, final=True)
-
-    async def _predict_all(self, requests: list[Any]) -> list[Any]:
-        return list(
-            await asyncio.gather(*(self.model.predict(r) for r in requests), return_exceptions=True)
+        self._send = send
+        # A plain selector loop, whatever event loop policy the process has installed (one
+        # of trio-asyncio's would make loops that need trio's thread).
+        self._loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="trioserve-model-loop", daemon=True
         )
+        self._thread.start()
+        self._tasks: dict[str, asyncio.Task[Reply]] = {}
+        self._running: set[asyncio.Task[None]] = set()
+        self._streams: dict[str, _Stream] = {}
+        self._batches = 0  # batches not answered yet
+        self._idle = threading.Event()
+        self._idle.set()
+        self.overrides_stream = _overrides(model, "predict_stream")
 
-    def _request(self, item: WorkItem) -> Any:
-        """The ``InferenceRequest`` of an OIP work item."""
-        if not any(name == OIP_HEADER for name, _value in item.headers):
-            raise ServeError(
-                ErrorKind.BAD_INPUT,
-                f"{self.model.name} is an MLServer model: send Open Inference Protocol "
-                f"requests (POST /v2/models/{self.model.name}/infer, or gRPC ModelInfer)",
-                code=400,
-            )
-        described = next((v for k, v in item.headers if k == REQUEST_HEADER), None)
-        request: dict[str, Any] = json.loads(described) if described else {}
-        types = self._types
-        inputs = []
-        for param in item.params:
-            if not is_tensor_param(param):
-                continue
-            tensor = param_tensor(param)
-            inputs.append(
-                types.RequestInput(
-                    name=tensor.name,
-                    shape=list(tensor.shape),
-                    datatype=tensor.datatype,
-                    data=_data(tensor),
-                    parameters=types.Parameters(**tensor.parameters) if tensor.parameters else None,
-                )
-            )
-        parameters = request.get("parameters")
-        return types.InferenceRequest(
-            id=request.get("id"),
-            parameters=types.Parameters(**parameters) if parameters else None,
-            inputs=inputs,
-        )
+    def run(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the model loop and wait for its result (any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def _answer(self, item: WorkItem, result: Any) -> Reply:
-        if isinstance(result, BaseException):
-            status = getattr(result, "status_code", None)
-            code = status if isinstance(status, int) and 400 <= status < 600 else 500
-            log.error(
-                "request %s: %s.predict raised", item.request_id, type(self.model).__name__,
-                exc_info=result,
-            )  # fmt: skip
-            return _failed(item.request_id, code, str(result) or type(result).__name__)
-        try:
-            outputs = [_output_tensor(output) for output in result.outputs]
-        except ServeError as error:
-            return _failed(item.request_id, 500, f"the model's response: {error.message}")
-        except Exception as exc:
-            return _failed(item.request_id, 500, f"the model's response is not usable: {exc}")
-        described, body = outputs_reply(outputs)
-        headers = {OUTPUTS_HEADER: described}
-        return Reply(item.request_id, body, 200, "", headers, "application/octet-stream")
+    # -- from the trio thread -------------------------------------------------------------
+
+    def submit(self, batch_id: int, items: Sequence[WorkItem]) -> None:
+        """Start answering a batch; its frames are written from the model loop."""
+        self._batches += 1
+        self._idle.clear()
+        # Callbacks run in the order they are scheduled: the batch's streams exist before a
+        # STREAM_INPUT or STREAM_ACK that follows the batch is handled.
+        self._loop.call_soon_threadsafe(self._open, batch_id, list(items))
+
+    def cancel(self, request_ids: Sequence[str]) -> None:
+        self._loop.call_soon_threadsafe(self._cancel, list(request_ids))
+
+    def feed(self, item: WorkItem, end: bool) -> None:
+        """The next input of a streamed request (``end``: the last one, if any)."""
+        self._loop.call_soon_threadsafe(self._feed, item, end)
+
+    def ack(self, request_id: str, count: int) -> None:
+        self._loop.call_soon_threadsafe(self._ack, request_id, count)
+
+    def wait_idle(self) -> None:
+        """Block until every batch submitted so far is answered (for a shutdown)."""
+        self._idle.wait()
 
     def close(self) -> None:
-        """Await the model's ``unload()`` (when it has one) and close the loop."""
+        """Await the model's ``unload()`` (when it has one) and stop the loop."""
         unload = getattr(self.model, "unload", None)
         try:
             if callable(unload):
-                self._loop.run_until_complete(unload())
+                self.run(unload())
         except Exception:
             log.exception("unload() of %s raised", type(self.model).__name__)
         finally:
-            self._loop.close()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    # -- on the model loop ----------------------------------------------------------------
+
+    def _open(self, batch_id: int, items: list[WorkItem]) -> None:
+        tasks = []
+        for item in items:
+            if any(name == STREAM_HEADER for name, _value in item.headers):
+                self._streams[item.request_id] = _Stream()
+            task = asyncio.create_task(self._answer(batch_id, item))
+            self._tasks[item.request_id] = task
+            tasks.append(task)
+        batch = asyncio.create_task(self._batch(batch_id, items, tasks))
+        self._running.add(batch)  # the loop keeps only a weak reference
+        batch.add_done_callback(self._running.discard)
+
+    async def _batch(
+        self, batch_id: int, items: list[WorkItem], tasks: list[asyncio.Task[Reply]]
+    ) -> None:
+        try:
+            replies: list[Reply] = []
+            for item, task in zip(items, tasks, strict=True):
+                try:
+                    replies.append(await task)
+                except asyncio.CancelledError:
+                    replies.append(failed(item.request_id, CANCELLED, "the request was cancelled"))
+                finally:
+                    self._tasks.pop(item.request_id, None)
+                    self._streams.pop(item.request_id, None)
+            self._write(
+                encode_reply(BatchReply(batch_id, 200, "Prediction success", replies, True))
+            )
+        finally:
+            self._batches -= 1
+            if self._batches == 0:
+                self._idle.set()
+
+    async def _answer(self, batch_id: int, item: WorkItem) -> Reply:
+        """One request's final reply (its stream's answers go out on the way)."""
+        mode = next((value for name, value in item.headers if name == STREAM_HEADER), None)
+        try:
+            request = inference_request(self._types, self.model.name, item)
+            if mode is None:
+                return self._checked(item.request_id, await self.model.predict(request), "predict")
+            await self._stream(batch_id, item, request, more=mode == "in")
+            return Reply(item.request_id, b"", 200, "", {END_HEADER: "1"}, None)
+        except ServeError as error:
+            return failed(item.request_id, error.code or 400, error.message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            status = getattr(exc, "status_code", None)
+            code = status if isinstance(status, int) and 400 <= status < 600 else 500
+            log.error("request %s: %s raised", item.request_id, self._name, exc_info=exc)
+            return failed(item.request_id, code, str(exc) or type(exc).__name__)
+
+    async def _stream(self, batch_id: int, item: WorkItem, first: Any, *, more: bool) -> None:
+        inputs = self._inputs(item.request_id, first, more)
+        if self.overrides_stream:
+            responses = self.model.predict_stream(inputs)
+            if not hasattr(responses, "__anext__"):
+                raise ServeError(
+                    ErrorKind.INTERNAL,
+                    f"{self._name}.predict_stream must be an async generator (or return an "
+                    f"async iterator), not {type(responses).__name__}",
+                    code=500,
+                )
+        else:
+            responses = self._predict_each(inputs)
+        stream = self._streams[item.request_id]
+        try:
+            async for response in responses:
+                reply = self._checked(item.request_id, response, "predict_stream")
+                await stream.window.acquire()
+                self._write(encode_reply(BatchReply(batch_id, 200, "", [reply], False)))
+        finally:
+            close = getattr(responses, "aclose", None)
+            if close is not None:
+                await close()
+
+    async def _predict_each(self, inputs: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for request in inputs:
+            yield await self.model.predict(request)
+
+    async def _inputs(self, request_id: str, first: Any, more: bool) -> AsyncIterator[Any]:
+        yield first
+        if not more:
+            return
+        queue = self._streams[request_id].inputs
+        while (item := await queue.get()) is not None:
+            yield inference_request(self._types, self.model.name, item)
+
+    def _checked(self, request_id: str, response: Any, method: str) -> Reply:
+        if not isinstance(response, self._types.InferenceResponse):
+            raise ServeError(
+                ErrorKind.INTERNAL,
+                f"{self._name}.{method} must answer an InferenceResponse, not "
+                f"{type(response).__name__}",
+                code=500,
+            )
+        return answer_reply(request_id, response)
+
+    def _cancel(self, request_ids: list[str]) -> None:
+        for request_id in request_ids:
+            task = self._tasks.get(request_id)
+            if task is not None:
+                task.cancel()
+
+    def _feed(self, item: WorkItem, end: bool) -> None:
+        stream = self._streams.get(item.request_id)
+        if stream is None:
+            return  # ended or cancelled already
+        if item.params:
+            stream.inputs.put_nowait(item)
+        if end:
+            stream.inputs.put_nowait(None)
+
+    def _ack(self, request_id: str, count: int) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            for _ in range(count):
+                stream.window.release()
+
+    def _write(self, frame: bytes) -> None:
+        self._send(frame)
+
+    @property
+    def _name(self) -> str:
+        return type(self.model).__name__
 
 
-def load_mlmodel(spec: LoadSpec) -> MLModelRunner:
-    """Import, build and load the MLServer-style model of ``spec`` (in the handler thread)."""
+def load_mlmodel(spec: LoadSpec, send: Callable[[bytes], None]) -> MLModelRunner:
+    """Import, build and load the MLServer-style model of ``spec``; ``send`` writes a frame
+    to the server from any thread."""
     from trioserve.worker import mlserver_shim
 
     assert spec.model_settings is not None
@@ -159,18 +267,24 @@ def load_mlmodel(spec: LoadSpec) -> MLModelRunner:
     except Exception as exc:
         raise LoadError(f"{SETTINGS_FILE} of {spec.model_name}: {exc}") from exc
     _remember_source(settings, os.path.join(model_dir, SETTINGS_FILE))
-    model = implementation(settings)
-    loop = asyncio.new_event_loop()
+    runner = MLModelRunner(implementation(settings), types, send)
     try:
-        ready = loop.run_until_complete(model.load())
+        ready = runner.run(runner.model.load())
+        if ready is False:
+            raise LoadError(f"{spec.handler}.load() returned False: the model is not ready")
     except BaseException:
-        loop.close()
+        runner.close()
         raise
-    if ready is False:
-        loop.close()
-        raise LoadError(f"{spec.handler}.load() returned False: the model is not ready")
-    model.ready = True
-    return MLModelRunner(model, loop, types)
+    runner.model.ready = True
+    return runner
+
+
+def _overrides(model: Any, method: str) -> bool:
+    """Whether the model's class defines ``method`` itself (not MLModel's default)."""
+    for cls in type(model).__mro__:
+        if method in vars(cls):
+            return cls.__module__.split(".")[0] not in ("mlserver", "trioserve")
+    return False
 
 
 def _import_class(path: str) -> type[Any]:
@@ -193,43 +307,4 @@ def _remember_source(settings: Any, path: str) -> None:
         log.debug("the model settings do not keep their source path")
 
 
-def _data(tensor: Tensor) -> list[Any]:
-    if tensor.datatype != "BYTES":
-        return tensor.to_list()
-    elements: list[Any] = []
-    for value in tensor.to_list():
-        try:
-            elements.append(value.decode())
-        except UnicodeDecodeError:
-            elements.append(value)
-    return elements
-
-
-def _output_tensor(output: Any) -> Tensor:
-    data = output.data
-    data = getattr(data, "root", data)  # MLServer's TensorData is a pydantic RootModel
-    return Tensor.from_values(
-        output.name,
-        output.datatype,
-        list(output.shape),
-        data,
-        _parameters(output.parameters),
-        role="output",
-    )
-
-
-def _parameters(parameters: Any) -> Parameters | None:
-    """A response output's parameters as plain values (None and nested values dropped)."""
-    if parameters is None:
-        return None
-    found = parameters.model_dump() if hasattr(parameters, "model_dump") else dict(parameters)
-    return {
-        key: value for key, value in found.items() if isinstance(value, bool | int | float | str)
-    }
-
-
-def _failed(request_id: str, code: int, message: str) -> Reply:
-    return Reply(request_id, message.encode(), code, message, {}, "text/plain")
-
-
-__all__ = ["MLModelRunner", "load_mlmodel"]
+__all__ = ["CANCELLED", "STREAM_WINDOW", "MLModelRunner", "load_mlmodel"]

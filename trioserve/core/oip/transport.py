@@ -26,9 +26,12 @@ from trioserve.core.oip.datatypes import lookup_datatype
 from trioserve.core.oip.tensor import Parameters, Tensor
 
 __all__ = [
+    "END_HEADER",
     "OIP_HEADER",
     "OUTPUTS_HEADER",
     "REQUEST_HEADER",
+    "RESPONSE_ID_HEADER",
+    "STREAM_HEADER",
     "TENSOR_CONTENT_TYPE",
     "is_tensor_param",
     "outputs_reply",
@@ -41,6 +44,14 @@ __all__ = [
 OIP_HEADER = "x-trioserve-oip"  # on a work item: its parameters are OIP input tensors
 OUTPUTS_HEADER = "x-trioserve-oip-outputs"  # on a reply: its body is these output tensors
 REQUEST_HEADER = "x-trioserve-oip-request"  # on a work item: {"id", "parameters"} as JSON
+# On a work item: answer as a stream ("out": this one input; "in": more inputs follow in
+# STREAM_INPUT frames until one marked end). The stream's final reply carries END_HEADER and
+# no outputs: every answer went before it as an intermediate reply.
+STREAM_HEADER = "x-trioserve-oip-stream"
+END_HEADER = "x-trioserve-oip-end"
+# On a reply: the response id the model chose (an MLServer model's InferenceResponse.id),
+# answered instead of the request's.
+RESPONSE_ID_HEADER = "x-trioserve-oip-id"
 TENSOR_CONTENT_TYPE = "application/x-trioserve-tensor"
 
 

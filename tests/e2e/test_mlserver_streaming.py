@@ -1,0 +1,189 @@
+"""Streaming MLServer models end to end: ``predict_stream`` in a real worker, streamed over
+SSE (``infer_stream`` / ``generate_stream``) and gRPC ``ModelStreamInfer`` (stream in and
+out), cancelled all the way into the model's generator when the client goes away
+(tests/e2e/mlserver_models/streamer)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from .server import Server
+from .test_mlserver_models import mlserver_client
+
+pytestmark = pytest.mark.e2e
+
+MODELS = Path(__file__).parent / "mlserver_models"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    store = tmp_path_factory.mktemp("stream-store")
+    for name in ("streamer", "doubler"):
+        shutil.copytree(MODELS / name, store / name)
+    work = tmp_path_factory.mktemp("stream")
+    (work / "markers").mkdir()
+    server = Server(
+        work, store, "streamer=streamer,doubler=doubler",
+        env={"TRIOSERVE_TEST_MARKERS": str(work / "markers")},
+    )  # fmt: skip
+    server.start()
+    yield server
+    server.stop()
+    server.kill()
+
+
+def text_request(text: str, request_id: str, **parameters: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": request_id,
+        "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [text]}],
+    }
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
+def events(response: httpx.Response) -> Iterator[tuple[str, Any]]:
+    """``(event name, data)`` of each SSE event, as they arrive."""
+    name = "message"
+    for line in response.iter_lines():
+        if line.startswith("event:"):
+            name = line.split(":", 1)[1].strip()
+        elif line.startswith("data:"):
+            yield name, json.loads(line.split(":", 1)[1])
+            name = "message"
+
+
+def wait_for(path: Path, timeout: float = 5.0) -> float:
+    began = time.monotonic()
+    while not path.exists():
+        assert time.monotonic() - began < timeout, f"{path.name} was not written"
+        time.sleep(0.01)
+    return time.monotonic() - began
+
+
+@pytest.mark.parametrize("route", ["generate_stream", "infer_stream"])
+def test_sse_streams_one_event_per_yielded_response(server: Server, route: str) -> None:
+    body = text_request("the quick brown fox", f"sse-{route}")
+    with httpx.stream("POST", f"{server.url}/v2/models/streamer/{route}", json=body,
+                      timeout=30) as response:  # fmt: skip
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        got = list(events(response))
+    assert [name for name, _ in got] == ["message"] * 4
+    assert [data["outputs"][0]["data"] for _, data in got] == [
+        ["the"],
+        ["quick"],
+        ["brown"],
+        ["fox"],
+    ]
+    assert {data["model_name"] for _, data in got} == {"streamer"}
+    marker = Path(server.workdir, "markers", f"closed-sse-{route}")
+    wait_for(marker)
+
+
+def test_a_model_without_predict_stream_answers_one_event(server: Server) -> None:
+    body = {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
+    with httpx.stream("POST", f"{server.url}/v2/models/doubler/infer_stream", json=body,
+                      timeout=30) as response:  # fmt: skip
+        got = list(events(response))
+    assert len(got) == 1 and got[0][1]["outputs"][0]["data"] == [2.5, 5.0]
+
+
+def test_an_error_mid_stream_follows_the_responses_so_far(server: Server) -> None:
+    body = text_request("one two boom three", "boom-1")
+    with httpx.stream("POST", f"{server.url}/v2/models/streamer/generate_stream", json=body,
+                      timeout=30) as response:  # fmt: skip
+        got = list(events(response))
+    assert [data["outputs"][0]["data"] for _, data in got[:2]] == [["one"], ["two"]]
+    name, data = got[2]
+    assert name == "error" and "boom: the model failed mid-stream" in data["error"]
+    assert len(got) == 3
+    # the worker is still there
+    r = httpx.post(f"{server.url}/v2/models/streamer/infer", json=text_request("a b", "after"),
+                   timeout=30)  # fmt: skip
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [2]
+
+
+def test_closing_the_sse_connection_stops_the_model(server: Server) -> None:
+    body = text_request("forever", "sse-cancel", delay=0.01)
+    marker = Path(server.workdir, "markers", "closed-sse-cancel")
+    with httpx.stream("POST", f"{server.url}/v2/models/streamer/generate_stream", json=body,
+                      timeout=30) as response:  # fmt: skip
+        stream = events(response)
+        assert [next(stream)[1]["outputs"][0]["data"] for _ in range(3)] == [
+            ["tick0"], ["tick1"], ["tick2"],
+        ]  # fmt: skip
+        assert not marker.exists()
+    assert wait_for(marker, timeout=5) < 1.0
+    # the slot is free: the next stream is answered
+    with httpx.stream("POST", f"{server.url}/v2/models/streamer/generate_stream",
+                      json=text_request("still here", "next"), timeout=30) as response:  # fmt: skip
+        assert len(list(events(response))) == 2
+
+
+def test_a_slow_reader_does_not_make_the_worker_run_ahead(server: Server) -> None:
+    """The worker stops pulling from the generator once a stream's window of unread
+    responses is full: a client that stops reading holds the model back (unheld, the model
+    would yield a tick every ~1 ms: some 1000 in the second nobody reads)."""
+    body = text_request("forever", "slow-reader", delay=0.001, pad=100_000)
+    marker = Path(server.workdir, "markers", "closed-slow-reader")
+    with httpx.stream("POST", f"{server.url}/v2/models/streamer/generate_stream", json=body,
+                      timeout=30) as response:  # fmt: skip
+        stream = events(response)
+        assert next(stream)[1]["outputs"][0]["data"][0].startswith("tick0x")
+        assert server.process is not None
+        rss_before = psutil.Process(server.process.pid).memory_info().rss
+        time.sleep(1.0)
+        grown = psutil.Process(server.process.pid).memory_info().rss - rss_before
+    wait_for(marker)
+    produced = json.loads(marker.read_text())["produced"]
+    print("yielded while the client did not read:", produced)
+    # the window (16 replies) plus what the sockets between worker and client hold (each
+    # event is 100 kB, so those hold a few dozen)
+    assert produced < 150, produced
+    print(f"server RSS grew by {grown / 1e6:.1f} MB")
+    assert grown < 30e6  # unheld: ~1000 events of 100 kB queued in the server
+
+
+# -- MLServer's own clients (.venv-mlserver): gRPC stubs and converters, httpx_sse ----------
+
+
+def test_grpc_unary_in_stream_out(server: Server) -> None:
+    got = mlserver_client(server, "tokens")
+    assert [r["token"] for r in got] == [["alpha"], ["beta"], ["gamma"]]
+    assert {r["model"] for r in got} == {"streamer"}
+
+
+def test_grpc_stream_in_stream_out(server: Server) -> None:
+    """Every message of the gRPC stream is the next input of the one running generator."""
+    got = mlserver_client(server, "tokens_in")
+    assert [r["token"] for r in got] == [["alpha"], ["beta"], ["gamma"], ["delta"]]
+    assert [r["id"] for r in got] == ["t-1", "t-1", "t-2", "t-3"]
+
+
+def test_grpc_stream_in_to_a_model_without_predict_stream(server: Server) -> None:
+    got = mlserver_client(server, "predict_each")
+    # NumpyRequestCodec sends a 1-D array as shape [N, 1], and the answer keeps it
+    assert [r["x"] for r in got] == [[[0.0]], [[2.5]], [[5.0]]]
+    assert [r["id"] for r in got] == ["p-0", "p-1", "p-2"]
+
+
+def test_a_cancelled_grpc_stream_stops_the_model(server: Server) -> None:
+    marker = Path(server.workdir, "markers", "closed-grpc-cancel")
+    got = mlserver_client(server, "cancel")
+    assert [r["token"] for r in got] == [["tick0"], ["tick1"], ["tick2"]]
+    assert wait_for(marker, timeout=5) < 1.0
+
+
+def test_httpx_sse_and_requests_clients(server: Server) -> None:
+    got = mlserver_client(server, "sse")
+    assert got == {"sse": [["one"], ["two"], ["three"]], "generate": [[4]]}

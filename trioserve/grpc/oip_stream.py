@@ -1,0 +1,90 @@
+"""``ModelStreamInfer`` into one model stream: the whole gRPC stream is one request of an
+MLServer model, whose ``predict_stream`` gets every message of the stream as its next input
+and whose every yielded response is one message back, as MLServer does.
+
+The first message names the model (later ones may leave ``model_name`` empty or repeat it)
+and opens the call; each further message is sent to the running call as it arrives
+(:func:`trioserve.runtime.oip.send_inputs`); the client's half-close ends the input. The
+answers are read concurrently, so a model may answer before the input ends. However the RPC
+ends (answered, failed, the client gone, the deadline), the call is cancelled, which cancels
+the model's task in the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from trioserve._proto.inference import ModelInferRequest, ModelInferResponse
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.grpc.calls import Receive, RpcContext, single_error
+from trioserve.grpc.oip_messages import (
+    infer_response,
+    parameters_of,
+    request_inputs,
+    requested_outputs,
+)
+from trioserve.runtime import oip
+from trioserve.runtime.dataplane import Dataplane
+from trioserve.runtime.model import ModelVersion
+
+
+async def stream_into_model(
+    dataplane: Dataplane,
+    model: ModelVersion,
+    first: ModelInferRequest,
+    receive: Receive[ModelInferRequest],
+    context: RpcContext,
+    send: Callable[[ModelInferResponse], Awaitable[None]],
+) -> None:
+    """Answer a ModelStreamInfer stream whose first message is ``first``, for ``model``."""
+    requested = requested_outputs(first)
+    call = oip.submit(
+        dataplane,
+        model,
+        request_inputs(first),
+        deadline=context.deadline,
+        request_id=first.id or None,
+        parameters=parameters_of(first.parameters),
+        stream="in",
+    )
+
+    async def feed() -> None:
+        while (message := await receive()) is not None:
+            if message.model_name not in ("", model.name):
+                raise ServeError(
+                    ErrorKind.BAD_INPUT,
+                    f"this stream goes to model {model.name!r} (its first request's); a later "
+                    f"request names {message.model_name!r}",
+                )
+            oip.send_inputs(
+                call,
+                request_inputs(message),
+                request_id=message.id or None,
+                parameters=parameters_of(message.parameters),
+            )
+        call.send_input([], end=True)
+
+    try:
+        async with call, trio.open_nursery() as nursery:
+            nursery.start_soon(feed)
+            async for reply, final in call.replies():
+                if final and oip.is_stream_end(reply):
+                    break
+                outputs = oip.outputs_of(reply)
+                answer_id = oip.response_id(reply, first.id)
+                response = infer_response(model, first, outputs, requested, answer_id)
+                await send(response)
+            nursery.cancel_scope.cancel()  # the model is done: further input is not read
+    except BaseExceptionGroup as group:
+        raise single_error(group) from None
+
+
+def streams_into_model(model: ModelVersion) -> bool:
+    """Whether a ModelStreamInfer stream to ``model`` is one model stream (an MLServer
+    model) rather than requests answered one by one."""
+    return model.mlserver is not None
+
+
+__all__ = ["stream_into_model", "streams_into_model"]
