@@ -12,7 +12,7 @@ import pytest
 from trioserve import demo
 from trioserve.archive import unpack_archive
 
-ALL = ("echo", "classifier", "streaming", "stateful", "stateful_stream")
+ALL = ("echo", "classifier", "streaming", "stateful", "stateful_stream", "textgen")
 EXPECTED = {
     "echo": {"handler": "echo_handler.py"},
     "classifier": {
@@ -42,6 +42,11 @@ def test_builds_the_five_archives(tmp_path: Path) -> None:
         "stateful.mar",
         "stateful_stream.mar",
         "streaming.mar",
+        "textgen",
+    ]
+    assert sorted(p.name for p in (store / "textgen").iterdir()) == [
+        "model-settings.json",
+        "textgen.py",
     ]
     for name, fields in EXPECTED.items():
         manifest = _manifest(store / f"{name}.mar")
@@ -78,8 +83,10 @@ def test_server_side_reader_accepts_the_archives(tmp_path: Path) -> None:
     store = tmp_path / "store"
     demo.build_demo_store(store)
     for name in demo.DEMO_MODELS:
-        loaded = unpack_archive(store / f"{name}.mar", tmp_path / "unpacked" / name)
+        source = store / (name if name in demo.FOLDER_MODELS else f"{name}.mar")
+        loaded = unpack_archive(source, tmp_path / "unpacked" / name)
         assert loaded.manifest.model_name == name
+        assert (loaded.mlserver is not None) == (name in demo.FOLDER_MODELS)
         assert loaded.manifest.model_version == "1.0"
         if name == "classifier":
             config = loaded.config

@@ -1,5 +1,5 @@
 """The bundled demo models: build ``echo.mar``, ``classifier.mar``, ``streaming.mar``,
-``stateful.mar`` and ``stateful_stream.mar``.
+``stateful.mar`` and ``stateful_stream.mar``, and copy the MLServer model folder ``textgen``.
 
 The handlers live in the repository's ``handlers/`` folder (one folder per model, each with a
 README). :func:`build_demo_store` packs them into a model store with
@@ -10,6 +10,7 @@ archives are ordinary TorchServe ``.mar`` files.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +18,12 @@ from typing import Final
 
 from trioserve.archive import write_archive
 
-__all__ = ["DEMO_MODELS", "DEMO_VERSION", "build_demo_store", "handlers_dir"]
+__all__ = ["DEMO_MODELS", "DEMO_VERSION", "FOLDER_MODELS", "build_demo_store", "handlers_dir"]
 
 DEMO_VERSION: Final = "1.0"
-DEMO_MODELS: Final = ("echo", "classifier", "streaming", "stateful", "stateful_stream")
+DEMO_MODELS: Final = ("echo", "classifier", "streaming", "stateful", "stateful_stream", "textgen")
+# Models that are folders in the store (MLServer's model-settings.json), not archives.
+FOLDER_MODELS: Final = frozenset({"textgen"})
 
 
 def handlers_dir() -> Path:
@@ -121,12 +124,22 @@ def _build_stateful_stream(handlers: Path, store: Path, *, force: bool) -> None:
     )
 
 
+def _copy_textgen(handlers: Path, store: Path, *, force: bool) -> None:
+    folder = handlers / "textgen"
+    target = store / "textgen"
+    if force and target.exists():
+        shutil.rmtree(target)
+    target.mkdir()
+    for name in ("model-settings.json", "textgen.py"):
+        shutil.copyfile(_require(folder / name), target / name)
+
+
 def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
     """Create the demo archives in ``store`` (created if missing); return the model names.
 
-    An archive already in the store (``<name>.mar``) is kept as it is unless ``force`` is
-    true, in which case it is rebuilt. The names come back in a fixed order:
-    ``["echo", "classifier", "streaming", "stateful", "stateful_stream"]``.
+    An archive already in the store (``<name>.mar``, or the folder ``textgen``) is kept as it
+    is unless ``force`` is true, in which case it is rebuilt. The names come back in a fixed
+    order: ``["echo", "classifier", "streaming", "stateful", "stateful_stream", "textgen"]``.
     """
     handlers = handlers_dir()
     store = Path(store)
@@ -137,9 +150,11 @@ def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
         "streaming": _build_streaming,
         "stateful": _build_stateful,
         "stateful_stream": _build_stateful_stream,
+        "textgen": _copy_textgen,
     }
     for name in DEMO_MODELS:
-        if not force and (store / f"{name}.mar").exists():
+        built = store / (name if name in FOLDER_MODELS else f"{name}.mar")
+        if not force and built.exists():
             continue
         builders[name](handlers, store, force=force)
     return list(DEMO_MODELS)

@@ -185,3 +185,28 @@ def test_stateful_stream_streams_and_cancels_with_curl(demo_server: Server) -> N
         rest = stream.stdout.read()
     assert cancel == b"-1" and 1 <= len(rest) <= 3 and set(rest.decode()) == {"6"}
     assert curl("-X", "POST", url, "-H", PLAIN, "-H", header, "--data-binary", "0") == b"6"
+
+
+def test_textgen_streams_tokens_over_sse_with_curl(demo_server: Server) -> None:
+    """The MLServer-style demo folder: curl -N to generate_stream gets one SSE event per
+    word, the same words as the unary generate route answers at once."""
+    body = json.dumps(
+        {
+            "inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": ["hello"]}],
+            "parameters": {"max_tokens": 5},
+        }
+    )
+    streamed = curl(
+        "-N", "-X", "POST", f"{demo_server.url}/v2/models/textgen/generate_stream",
+        "-H", "Content-Type: application/json", "--data-binary", body,
+    ).decode()  # fmt: skip
+    events = [json.loads(line[5:]) for line in streamed.splitlines() if line.startswith("data:")]
+    words = [event["outputs"][0]["data"][0] for event in events]
+    assert len(words) == 5
+    whole = json.loads(
+        curl(
+            "-X", "POST", f"{demo_server.url}/v2/models/textgen/generate",
+            "-H", "Content-Type: application/json", "--data-binary", body,
+        )
+    )  # fmt: skip
+    assert whole["outputs"][0]["data"] == [" ".join(words)]
