@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +188,37 @@ def test_a_cancelled_grpc_stream_stops_the_model(server: Server) -> None:
 def test_httpx_sse_and_requests_clients(server: Server) -> None:
     got = mlserver_client(server, "sse")
     assert got == {"sse": [["one"], ["two"], ["three"]], "generate": [[4]]}
+
+
+def test_sigterm_with_open_streams_closes_them_after_the_grace(tmp_path: Path) -> None:
+    """A drain lets open streams run for shutdown_grace_seconds, then cancels them: the
+    model's generators are closed (their finally runs), the client's stream ends and the
+    server exits 0."""
+    store = tmp_path / "store"
+    shutil.copytree(MODELS / "streamer", store / "streamer")
+    (tmp_path / "markers").mkdir()
+    server = Server(
+        tmp_path, store, "streamer=streamer",
+        properties={"shutdown_grace_seconds": "2"},
+        env={"TRIOSERVE_TEST_MARKERS": str(tmp_path / "markers")},
+    )  # fmt: skip
+    server.start()
+    try:
+        body = text_request("forever", "drained", delay=0.05)
+        with httpx.stream("POST", f"{server.url}/v2/models/streamer/generate_stream",
+                          json=body, timeout=30) as response:  # fmt: skip
+            stream = events(response)
+            assert next(stream)[1]["outputs"][0]["data"] == ["tick0"]
+            began = time.monotonic()
+            server.signal(signal.SIGTERM)
+            rest = []
+            # After the grace the connection is cut: the chunked body never ends properly.
+            with pytest.raises(httpx.RemoteProtocolError):
+                rest.extend(stream)
+            ended = time.monotonic() - began
+        assert rest and all(name == "message" for name, _ in rest)
+        assert 1.5 < ended < 10, ended
+        assert server.wait(timeout=30) == 0
+        assert json.loads(Path(tmp_path, "markers", "closed-drained").read_text())["produced"] > 1
+    finally:
+        server.kill()
