@@ -10,6 +10,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,12 @@ MODELS = Path(__file__).parent / "mlserver_models"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     store = tmp_path_factory.mktemp("stream-store")
-    for name in ("streamer", "doubler"):
+    for name in ("streamer", "doubler", "batcher"):
         shutil.copytree(MODELS / name, store / name)
     work = tmp_path_factory.mktemp("stream")
     (work / "markers").mkdir()
     server = Server(
-        work, store, "streamer=streamer,doubler=doubler",
+        work, store, "streamer=streamer,doubler=doubler,batcher=batcher",
         env={"TRIOSERVE_TEST_MARKERS": str(work / "markers")},
     )  # fmt: skip
     server.start()
@@ -129,6 +130,37 @@ def test_closing_the_sse_connection_stops_the_model(server: Server) -> None:
     with httpx.stream("POST", f"{server.url}/v2/models/streamer/generate_stream",
                       json=text_request("still here", "next"), timeout=30) as response:  # fmt: skip
         assert len(list(events(response))) == 2
+
+
+def test_adaptive_batching_merges_requests_and_splits_the_answer(server: Server) -> None:
+    """max_batch_size 8, max_batch_time 0.2 s: requests queued while the worker is busy reach
+    one predict call as one request (rows concatenated) and each gets its own rows back."""
+    busy = {"inputs": [{"name": "x", "shape": [1, 2], "datatype": "FP64", "data": [[0, 0]]}],
+            "parameters": {"sleep": 0.5}}  # fmt: skip
+
+    def one(i: int) -> dict[str, Any]:
+        rows = 1 + i % 2
+        data = [[float(i), float(i) + 0.5] for _ in range(rows)]
+        body = {"id": f"b-{i}", "inputs": [
+            {"name": "x", "shape": [rows, 2], "datatype": "FP64", "data": data}]}  # fmt: skip
+        r = httpx.post(f"{server.url}/v2/models/batcher/infer", json=body, timeout=30)
+        assert r.status_code == 200, r.text
+        return {"sent": data, **r.json()}
+
+    with ThreadPoolExecutor(9) as pool:
+        holding = pool.submit(httpx.post, f"{server.url}/v2/models/batcher/infer", json=busy,
+                              timeout=30)  # fmt: skip
+        time.sleep(0.1)
+        answers = list(pool.map(one, range(8)))
+        assert holding.result().status_code == 200
+    for i, answer in enumerate(answers):
+        y, rows = answer["outputs"]
+        assert answer["id"] == f"b-{i}"
+        assert y["shape"] == [len(answer["sent"]), 2]
+        assert y["data"] == [2 * v for row in answer["sent"] for v in row]
+        assert rows["shape"] == [len(answer["sent"]), 1]
+    merged = max(answer["outputs"][1]["data"][0] for answer in answers)
+    assert merged > 2, "no two requests were merged into one predict call"
 
 
 def test_a_slow_reader_does_not_make_the_worker_run_ahead(server: Server) -> None:

@@ -37,7 +37,13 @@ from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem, encode_reply
 from trioserve.core.oip.transport import END_HEADER, STREAM_HEADER
 from trioserve.worker.errors import LoadError
-from trioserve.worker.mlmodel_io import answer_reply, failed, inference_request
+from trioserve.worker.mlmodel_io import (
+    answer_reply,
+    failed,
+    inference_request,
+    merged_request,
+    split_replies,
+)
 
 log = logging.getLogger("trioserve.worker")
 
@@ -75,6 +81,10 @@ class MLModelRunner:
         self._idle = threading.Event()
         self._idle.set()
         self.overrides_stream = _overrides(model, "predict_stream")
+        settings = getattr(model, "settings", None)
+        # MLServer batches adaptively when max_batch_size > 1 (and max_batch_time > 0, which
+        # the server's batcher applies): the server sends such batches, merged here.
+        self._adaptive = int(getattr(settings, "max_batch_size", 0) or 0) > 1
 
     def run(self, coroutine: Any) -> Any:
         """Run ``coroutine`` on the model loop and wait for its result (any other thread)."""
@@ -121,11 +131,18 @@ class MLModelRunner:
     # -- on the model loop ----------------------------------------------------------------
 
     def _open(self, batch_id: int, items: list[WorkItem]) -> None:
+        unary = [i for i in items if not any(n == STREAM_HEADER for n, _v in i.headers)]
+        together: asyncio.Task[dict[str, Reply]] | None = None
+        if len(unary) > 1 and self._adaptive:
+            together = asyncio.create_task(self._predict_together(unary))
         tasks = []
         for item in items:
-            if any(name == STREAM_HEADER for name, _value in item.headers):
-                self._streams[item.request_id] = _Stream()
-            task = asyncio.create_task(self._answer(batch_id, item))
+            if together is not None and item in unary:
+                task = asyncio.create_task(self._share(together, item.request_id))
+            else:
+                if item not in unary:
+                    self._streams[item.request_id] = _Stream()
+                task = asyncio.create_task(self._answer(batch_id, item))
             self._tasks[item.request_id] = task
             tasks.append(task)
         batch = asyncio.create_task(self._batch(batch_id, items, tasks))
@@ -152,6 +169,39 @@ class MLModelRunner:
             self._batches -= 1
             if self._batches == 0:
                 self._idle.set()
+
+    async def _share(self, together: asyncio.Task[dict[str, Reply]], request_id: str) -> Reply:
+        return (await asyncio.shield(together))[request_id]
+
+    async def _predict_together(self, items: list[WorkItem]) -> dict[str, Reply]:
+        """MLServer's adaptive batching: the batch's unary requests as one ``predict`` call
+        (one by one when they cannot be merged); every request gets its own reply."""
+        replies: dict[str, Reply] = {}
+        requests: list[tuple[WorkItem, Any]] = []
+        for item in items:
+            try:
+                requests.append((item, inference_request(self._types, self.model.name, item)))
+            except ServeError as error:
+                replies[item.request_id] = failed(item.request_id, error.code or 400, error.message)
+        merged = merged_request(self._types, [r for _i, r in requests]) if requests else None
+        if merged is None or len(requests) < 2:
+            for item, _request in requests:
+                replies[item.request_id] = await self._answer(0, item)
+            return replies
+        ids = [item.request_id for item, _request in requests]
+        try:
+            response = await self.model.predict(merged[0])
+            self._checked(ids[0], response, "predict")
+            replies.update(zip(ids, split_replies(ids, response, merged[1]), strict=True))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            status = getattr(exc, "status_code", None)
+            code = status if isinstance(status, int) and 400 <= status < 600 else 500
+            message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            log.error("a batch of %d requests: %s raised", len(ids), self._name, exc_info=exc)
+            replies.update((i, failed(i, code, message)) for i in ids)
+        return replies
 
     async def _answer(self, batch_id: int, item: WorkItem) -> Reply:
         """One request's final reply (its stream's answers go out on the way)."""

@@ -76,6 +76,84 @@ def answer_reply(request_id: str, response: Any) -> Reply:
     return Reply(request_id, body, 200, "", headers, "application/octet-stream")
 
 
+def merged_request(types: Any, requests: list[Any]) -> tuple[Any, list[int]] | None:
+    """MLServer's adaptive batching: the requests as one ``InferenceRequest`` whose inputs
+    are theirs concatenated along the first dimension, and each request's share of it (its
+    first input's first dimension). None when they cannot be merged (different inputs,
+    datatypes or trailing dimensions, or a scalar input)."""
+    first = requests[0]
+    signature = [(i.name, i.datatype, list(i.shape[1:])) for i in first.inputs]
+    if not signature or any(not i.shape for i in first.inputs):
+        return None
+    for request in requests[1:]:
+        if [(i.name, i.datatype, list(i.shape[1:])) for i in request.inputs] != signature:
+            return None
+        if any(not i.shape for i in request.inputs):
+            return None
+    inputs = []
+    for index, (name, datatype, rest) in enumerate(signature):
+        data: list[Any] = []
+        rows = 0
+        for request in requests:
+            tensor = request.inputs[index]
+            data.extend(_flat(tensor.data))
+            rows += tensor.shape[0]
+        parameters = first.inputs[index].parameters
+        inputs.append(
+            types.RequestInput(
+                name=name, shape=[rows, *rest], datatype=datatype, data=data, parameters=parameters
+            )
+        )
+    sizes = [request.inputs[0].shape[0] for request in requests]
+    return types.InferenceRequest(parameters=first.parameters, inputs=inputs), sizes
+
+
+def split_replies(request_ids: list[str], response: Any, sizes: list[int]) -> list[Reply]:
+    """Each request's reply from the response to a merged request: every output is cut
+    along its first dimension into the requests' shares."""
+    shares: list[list[Tensor]] = [[] for _ in sizes]
+    for output in response.outputs:
+        whole = _output_tensor(output)
+        if not whole.shape or whole.shape[0] != sum(sizes):
+            raise ServeError(
+                ErrorKind.INTERNAL,
+                f"output {whole.name!r} has shape {list(whole.shape)}: a batch of "
+                f"{sum(sizes)} rows needs its first dimension to be {sum(sizes)} to be split",
+                code=500,
+            )
+        values = whole.to_list()
+        per_row = len(values) // sum(sizes) if sum(sizes) else 0
+        start = 0
+        for share, rows in zip(shares, sizes, strict=True):
+            part = values[start : start + rows * per_row]
+            start += rows * per_row
+            share.append(
+                Tensor.from_values(
+                    whole.name, whole.datatype, [rows, *whole.shape[1:]], part,
+                    whole.parameters, role="output",
+                )
+            )  # fmt: skip
+    replies = []
+    for request_id, outputs in zip(request_ids, shares, strict=True):
+        described, body = outputs_reply(outputs)
+        replies.append(
+            Reply(
+                request_id, body, 200, "", {OUTPUTS_HEADER: described}, "application/octet-stream"
+            )
+        )
+    return replies
+
+
+def _flat(data: Any) -> list[Any]:
+    data = getattr(data, "root", data)
+    if isinstance(data, list | tuple):
+        flat: list[Any] = []
+        for value in data:
+            flat.extend(_flat(value) if isinstance(value, list | tuple) else [value])
+        return flat
+    return [data]
+
+
 def failed(request_id: str, code: int, message: str) -> Reply:
     return Reply(request_id, message.encode(), code, message, {}, "text/plain")
 
@@ -115,4 +193,4 @@ def _parameters(parameters: Any) -> Parameters | None:
     }
 
 
-__all__ = ["answer_reply", "failed", "inference_request"]
+__all__ = ["answer_reply", "failed", "inference_request", "merged_request", "split_replies"]
