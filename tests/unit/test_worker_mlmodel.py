@@ -57,6 +57,8 @@ class Model(MLModel):
             raise MLServerError("not this one", status_code=422)
         if first.name == "boom":
             raise ValueError("boom")
+        if first.name == "wrongtype":
+            return {"not": "a response"}
         if first.name == "odd":
             return InferenceResponse(model_name=self.name, outputs=[
                 ResponseOutput(name="o", shape=[2], datatype="INT32", data=[1])])
@@ -204,3 +206,40 @@ def test_cancel_closes_the_generator(runner: MLModelRunner, frames: Frames) -> N
     assert got[-1].replies[0].status == CANCELLED
     assert runner.model.closed
     runner.wait_idle()
+
+
+def test_a_predict_answering_the_wrong_type_is_a_500_naming_it(
+    runner: MLModelRunner, frames: Frames
+) -> None:
+    runner.submit(3, [item("w", Tensor.from_values("wrongtype", "INT64", [1], [0]))])
+    (reply,) = frames.wait(lambda got: len(got) == 1)
+    (answer,) = reply.replies
+    assert answer.status == 500
+    assert bytes(answer.body) == b"Model.predict must answer an InferenceResponse, not dict"
+
+
+def test_a_predict_stream_that_is_not_an_async_generator(tmp_path: Path) -> None:
+    module = f"rt_plain_{abs(hash(str(tmp_path)))}"
+    (tmp_path / f"{module}.py").write_text(
+        "from mlserver import MLModel\n"
+        "class Plain(MLModel):\n"
+        "    def predict_stream(self, payloads):\n"
+        "        return [1, 2]\n"
+    )
+    frames = Frames()
+    spec = LoadSpec("m", "1", str(tmp_path), f"{module}.Plain", model_settings={"name": "m"})
+    runner = load_mlmodel(spec, frames.send)
+    try:
+        tensor = Tensor.from_values("n", "INT64", [1], [1])
+        runner.submit(1, [item("p", tensor, stream="out")])
+        (reply,) = frames.wait(lambda got: len(got) == 1)
+        (answer,) = reply.replies
+        assert answer.status == 500
+        assert bytes(answer.body) == (
+            b"Plain.predict_stream must be an async generator (or return an async iterator), "
+            b"not list"
+        )
+    finally:
+        runner.close()
+        sys.path.remove(str(tmp_path))
+        mlserver_shim.uninstall()

@@ -182,7 +182,7 @@ class MLModelRunner:
             try:
                 requests.append((item, inference_request(self._types, self.model.name, item)))
             except ServeError as error:
-                replies[item.request_id] = failed(item.request_id, error.code or 400, error.message)
+                replies[item.request_id] = failed(item.request_id, _status(error), error.message)
         merged = merged_request(self._types, [r for _i, r in requests]) if requests else None
         if merged is None or len(requests) < 2:
             for item, _request in requests:
@@ -213,7 +213,7 @@ class MLModelRunner:
             await self._stream(batch_id, item, request, more=mode == "in")
             return Reply(item.request_id, b"", 200, "", {END_HEADER: "1"}, None)
         except ServeError as error:
-            return failed(item.request_id, error.code or 400, error.message)
+            return failed(item.request_id, _status(error), error.message)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -355,6 +355,13 @@ def _remember_source(settings: Any, path: str) -> None:
         settings._source = path
     except (AttributeError, ValueError, TypeError):
         log.debug("the model settings do not keep their source path")
+
+
+def _status(error: ServeError) -> int:
+    """The reply status of a refusal here: a client's mistake 400, anything else 500."""
+    if error.code is not None:
+        return error.code
+    return 400 if error.kind is ErrorKind.BAD_INPUT else 500
 
 
 __all__ = ["CANCELLED", "STREAM_WINDOW", "MLModelRunner", "load_mlmodel"]
