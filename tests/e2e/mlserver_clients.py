@@ -61,6 +61,10 @@ def streams(scenario: str, target: str) -> Any:
             text("gamma", "t-2", True),
             text("delta", "t-3", True),
         ]
+    elif scenario == "collect":  # stream in, one answer out
+        payloads = [text(w, f"c-{w}", True, collect=True) for w in ("red", "green", "blue")]
+    elif scenario == "boom":  # the model raises after two answers
+        payloads = [text("one two boom three", "boom", True)]
     elif scenario == "predict_each":  # stream in, one answer each (no predict_stream)
         payloads = [
             NumpyRequestCodec.encode_request(np.array([float(i)], np.float32)) for i in range(3)
@@ -70,12 +74,39 @@ def streams(scenario: str, target: str) -> Any:
             payload.id = f"p-{i}"
     else:  # cancel: a stream that never ends, cancelled after three answers
         payloads = [text("forever", "grpc-cancel", True, delay=0.01)]
+    if scenario == "deadline":
+        payloads = []
     with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         messages = [
             ModelInferRequestConverter.from_types(p, model_name=model, model_version="")
             for p in payloads
         ]
+        if scenario == "deadline":
+            forever = ModelInferRequestConverter.from_types(
+                text("forever", "grpc-deadline", True, delay=0.01), model_name=model,
+                model_version="",
+            )  # fmt: skip
+            call = stub.ModelStreamInfer(iter([forever]), timeout=1.0)
+            got = []
+            try:
+                for response in call:
+                    got.append(decoded(ModelInferResponseConverter.to_types(response)))
+            except grpc.RpcError as error:
+                return {
+                    "answers": len(got),
+                    "status": str(error.code()),
+                    "details": error.details(),
+                }
+            return {"answers": len(got), "status": "OK"}
+        if scenario == "boom":
+            got = []
+            try:
+                for response in stub.ModelStreamInfer(iter(messages), timeout=30):
+                    got.append(decoded(ModelInferResponseConverter.to_types(response)))
+            except grpc.RpcError as error:
+                return {"got": got, "status": str(error.code()), "details": error.details()}
+            return {"got": got, "status": "OK"}
         if scenario == "cancel":
             gate = __import__("threading").Event()
 
@@ -126,7 +157,15 @@ def main() -> None:
             ]
             responses = stub.ModelStreamInfer(iter(messages), timeout=30)
             result = [decoded(ModelInferResponseConverter.to_types(r)) for r in responses]
-    elif scenario in ("tokens", "tokens_in", "predict_each", "cancel"):
+    elif scenario in (
+        "tokens",
+        "tokens_in",
+        "predict_each",
+        "cancel",
+        "collect",
+        "boom",
+        "deadline",
+    ):
         result = streams(scenario, target)
     elif scenario == "sse":
         # MLServer's documented streaming client: httpx_sse over generate_stream

@@ -217,6 +217,25 @@ def test_a_cancelled_grpc_stream_stops_the_model(server: Server) -> None:
     assert wait_for(marker, timeout=5) < 1.0
 
 
+def test_grpc_stream_in_unary_out(server: Server) -> None:
+    got = mlserver_client(server, "collect")
+    assert [r["token"] for r in got] == [["red green blue"]]
+
+
+def test_grpc_error_mid_stream_follows_the_answers_so_far(server: Server) -> None:
+    got = mlserver_client(server, "boom")
+    assert [r["token"] for r in got["got"]] == [["one"], ["two"]]
+    assert got["status"] == "StatusCode.INVALID_ARGUMENT"  # MLServer's InferenceError: 400
+    assert "boom: the model failed mid-stream" in got["details"]
+
+
+def test_a_grpc_deadline_stops_the_model(server: Server) -> None:
+    marker = Path(server.workdir, "markers", "closed-grpc-deadline")
+    got = mlserver_client(server, "deadline")
+    assert got["status"] == "StatusCode.DEADLINE_EXCEEDED" and got["answers"] > 3, got
+    assert wait_for(marker, timeout=5) < 1.0
+
+
 def test_httpx_sse_and_requests_clients(server: Server) -> None:
     got = mlserver_client(server, "sse")
     assert got == {"sse": [["one"], ["two"], ["three"]], "generate": [[4]]}

@@ -7,7 +7,8 @@ The text ``forever`` streams ticks (each padded with ``pad`` x's) until the stre
 cancelled; ``boom`` raises after one
 word. When the generator ends, however it ends, its ``finally`` writes a marker file named
 after the request id into ``$TRIOSERVE_TEST_MARKERS`` (when set): the ids of the requests it
-saw and how many responses it yielded. ``predict`` answers the
+saw and how many responses it yielded. Requests with the parameter ``collect`` are not answered
+one by one: when the input ends, one response joins all their texts. ``predict`` answers the
 word count.
 """
 
@@ -34,8 +35,13 @@ class Streamer(MLModel):
     async def predict_stream(self, payloads):
         seen = []
         produced = 0
+        collected: list[str] = []
         try:
             async for payload in payloads:
+                if payload.parameters is not None and getattr(payload.parameters, "collect", None):
+                    collected.append(StringCodec.decode_input(payload.inputs[0])[0])
+                    seen.append(payload.id or "")
+                    continue
                 seen.append(payload.id or "")
                 text = StringCodec.decode_input(payload.inputs[0])[0]
                 options = payload.parameters
@@ -55,6 +61,9 @@ class Streamer(MLModel):
                     produced += 1
                     if delay:
                         await asyncio.sleep(delay)
+            if collected:  # stream in, one answer out: every input's text, joined
+                yield self._token(payload, " ".join(collected))
+                produced += 1
         finally:
             markers = os.environ.get("TRIOSERVE_TEST_MARKERS")
             if markers and seen:
