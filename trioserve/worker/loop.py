@@ -1,16 +1,14 @@
 """The worker's frame loop: :class:`WorkerLoop`, inside the worker subprocess.
 
 It reads the server's frames, loads the model and runs each batch in the handler thread
-(:mod:`trioserve.worker.handler_thread`); the bytes themselves go through its
-:class:`~trioserve.worker.connection.ServerConnection`. Between a frame and the handler
-thread, a LOAD or a BATCH is a *pending* work item (:class:`PendingLoad`,
-:class:`PendingBatch`).
+(:mod:`trioserve.worker.handler_thread`; an MLServer model's batches go to its own event loop,
+:mod:`trioserve.worker.mlmodel`, as do CANCEL, STREAM_INPUT and STREAM_ACK frames for it);
+the bytes go through a :class:`~trioserve.worker.connection.ServerConnection`.
 
 Frames in (server -> worker) and what the worker does:
 
-* LOAD (must come first): load the handler (or an MLServer model,
-  :mod:`trioserve.worker.mlmodel`) in the handler thread, answer LOAD_RESULT
-  ``{code: 200, message: "loaded"}``; on failure answer the error code and exit with status 1.
+* LOAD (must come first): load the handler (or MLServer model) in the handler thread, answer
+  LOAD_RESULT ``{code: 200, message: "loaded"}``; on failure answer the code and exit 1.
 * BATCH: its collated tensors (``meta["tensors"]``, see :mod:`trioserve.worker.tensors`) are
   checked first; a batch whose tensors break the contract is answered at once with 400. Then
   it is queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
@@ -200,7 +198,8 @@ class WorkerLoop:
     def _on_stream_frame(self, frame: Frame) -> None:
         runner = self.entry
         if not isinstance(runner, MLModelRunner):
-            log.warning("ignoring a %s frame: this model does not stream", frame.kind.name)
+            if frame.kind is Kind.STREAM_INPUT:  # (a handler has no use for acks)
+                log.warning("ignoring a STREAM_INPUT frame: this model takes no streamed input")
             return
         try:
             if frame.kind is Kind.STREAM_ACK:
