@@ -40,9 +40,12 @@ def test_settings_become_manifest_config_and_declarations() -> None:
 
 @pytest.mark.parametrize(("size", "time"), [(0, 0.0), (1, 0.5), (8, 0.0)])
 def test_adaptive_batching_needs_size_over_one_and_a_time(size: int, time: float) -> None:
+    """Without it, a worker takes up to 16 requests at once, to run them concurrently."""
     document = {"implementation": "r.M", "max_batch_size": size, "max_batch_time": time}
-    config = parse_model_settings(json.dumps(document).encode()).model_config()
-    assert (config.batch_size, config.max_batch_delay) == (None, None)
+    settings = parse_model_settings(json.dumps(document).encode())
+    config = settings.model_config()
+    assert not settings.adaptive_batching
+    assert (config.batch_size, config.max_batch_delay) == (16, 0)
 
 
 def test_minimal_settings() -> None:

@@ -21,6 +21,9 @@ from ._manifest import Manifest
 from ._model_config import ModelConfig
 
 MODEL_SETTINGS_PATH: Final = "model-settings.json"
+# Without adaptive batching, the requests a worker of an MLServer model takes at once: its
+# coroutines run concurrently there (as in MLServer's event loop), never waiting to fill up.
+CONCURRENT_REQUESTS: Final = 16
 
 
 class _Tensor(BaseModel):
@@ -83,13 +86,19 @@ class MlserverSettings:
             description=f"MLServer model ({MODEL_SETTINGS_PATH})",
         )
 
+    @property
+    def adaptive_batching(self) -> bool:
+        """MLServer batches when ``max_batch_size`` > 1 and ``max_batch_time`` > 0."""
+        return self.max_batch_size > 1 and self.max_batch_time > 0
+
     def model_config(self) -> ModelConfig:
-        """MLServer's adaptive batching as model-config keys: batching is on when
-        ``max_batch_size`` > 1 and ``max_batch_time`` > 0 (seconds), as in MLServer."""
-        if self.max_batch_size > 1 and self.max_batch_time > 0:
+        """The model-config keys: MLServer's adaptive batching as batchSize and
+        maxBatchDelay (the time in ms); without it, up to :data:`CONCURRENT_REQUESTS`
+        requests go to a worker together, at once, to run concurrently."""
+        if self.adaptive_batching:
             delay_ms = max(1, round(self.max_batch_time * 1000))
             return ModelConfig(batch_size=self.max_batch_size, max_batch_delay=delay_ms)
-        return ModelConfig()
+        return ModelConfig(batch_size=CONCURRENT_REQUESTS, max_batch_delay=0)
 
 
 def parse_model_settings(data: bytes) -> MlserverSettings:

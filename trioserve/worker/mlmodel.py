@@ -82,9 +82,12 @@ class MLModelRunner:
         self._idle.set()
         self.overrides_stream = _overrides(model, "predict_stream")
         settings = getattr(model, "settings", None)
-        # MLServer batches adaptively when max_batch_size > 1 (and max_batch_time > 0, which
-        # the server's batcher applies): the server sends such batches, merged here.
-        self._adaptive = int(getattr(settings, "max_batch_size", 0) or 0) > 1
+        # MLServer batches adaptively when max_batch_size > 1 and max_batch_time > 0: the
+        # server's batcher forms such batches, merged here (others run their requests apart).
+        self._adaptive = (
+            int(getattr(settings, "max_batch_size", 0) or 0) > 1
+            and float(getattr(settings, "max_batch_time", 0) or 0) > 0
+        )
 
     def run(self, coroutine: Any) -> Any:
         """Run ``coroutine`` on the model loop and wait for its result (any other thread)."""
