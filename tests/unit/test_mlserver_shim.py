@@ -16,14 +16,17 @@ import trioserve.model
 from trioserve.model import codecs, errors, model, settings, types, utils
 from trioserve.worker import mlserver_shim
 
+# The real package lives in .venv-mlserver (the e2e tests' MLServer clients); in the test
+# environment its absence is what these tests are about.
+NO_REAL_MLSERVER = "the real mlserver package must not be installed in the test environment"
+
 
 @pytest.fixture
 def fresh_shim() -> Iterator[None]:
     """Start without the hook and leave without it (restoring a hook that was there)."""
     had = mlserver_shim.installed()
     mlserver_shim.uninstall()
-    if importlib.util.find_spec("mlserver") is not None:
-        pytest.skip("the real mlserver package is installed")
+    assert importlib.util.find_spec("mlserver") is None, NO_REAL_MLSERVER
     yield
     mlserver_shim.uninstall()
     if had:
@@ -143,8 +146,9 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "trio")))
 
 
 def test_an_unmodified_runtime_runs_in_a_fresh_interpreter() -> None:
-    if importlib.util.find_spec("mlserver") is not None and not mlserver_shim.installed():
-        pytest.skip("the real mlserver package is installed")
+    assert mlserver_shim.installed() or importlib.util.find_spec("mlserver") is None, (
+        NO_REAL_MLSERVER
+    )
     result = subprocess.run(
         [sys.executable, "-W", "error", "-c", textwrap.dedent(RUNTIME)],
         capture_output=True,

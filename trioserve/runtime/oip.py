@@ -111,10 +111,7 @@ def submit(
     ``id`` and ``parameters`` travel with it (an MLServer model sees them). ``stream``
     asks for the answers as a stream: ``"out"`` for this input, ``"in"`` when more inputs
     follow (:func:`send_inputs`)."""
-    headers = [(OIP_HEADER, "1")]
-    described = request_header(request_id, parameters or {})
-    if described is not None:
-        headers.append(described)
+    headers = _oip_headers(request_id, parameters)
     if stream is not None:
         headers.append((STREAM_HEADER, stream))
     return dataplane.submit(
@@ -136,10 +133,7 @@ def send_inputs(
     parameters: Parameters | None = None,
 ) -> None:
     """The next input of a call submitted with ``stream="in"``."""
-    headers = [(OIP_HEADER, "1")]
-    described = request_header(request_id, parameters or {})
-    if described is not None:
-        headers.append(described)
+    headers = _oip_headers(request_id, parameters)
     call.send_input([tensor_param(tensor) for tensor in inputs], headers=headers)
 
 
@@ -152,6 +146,15 @@ def response_id(reply: Reply, request_id: str | None) -> str | None:
 def is_stream_end(reply: Reply) -> bool:
     """Whether ``reply`` only marks the end of a stream (no outputs of its own)."""
     return END_HEADER in reply.headers and reply.status < 400
+
+
+def _oip_headers(request_id: str | None, parameters: Parameters | None) -> list[tuple[str, str]]:
+    """The headers marking a work item as an OIP request, with its id and parameters."""
+    headers = [(OIP_HEADER, "1")]
+    described = request_header(request_id, parameters or {})
+    if described is not None:
+        headers.append(described)
+    return headers
 
 
 def outputs_of(reply: Reply) -> list[Tensor]:

@@ -194,7 +194,7 @@ class MLModelRunner:
         ids = [item.request_id for item, _request in requests]
         try:
             response = await self.model.predict(merged[0])
-            self._checked(ids[0], response, "predict")
+            self._check(response, "predict")
             replies.update(zip(ids, split_replies(ids, response, merged[1]), strict=True))
         except asyncio.CancelledError:
             raise
@@ -262,6 +262,11 @@ class MLModelRunner:
             yield inference_request(self._types, self.model.name, item)
 
     def _checked(self, request_id: str, response: Any, method: str) -> Reply:
+        self._check(response, method)
+        return answer_reply(request_id, response)
+
+    def _check(self, response: Any, method: str) -> None:
+        """A 500 naming the model and the type when ``method`` did not answer a response."""
         if not isinstance(response, self._types.InferenceResponse):
             raise ServeError(
                 ErrorKind.INTERNAL,
@@ -269,7 +274,6 @@ class MLModelRunner:
                 f"{type(response).__name__}",
                 code=500,
             )
-        return answer_reply(request_id, response)
 
     def _cancel(self, request_ids: list[str]) -> None:
         for request_id in request_ids:

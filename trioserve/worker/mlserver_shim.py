@@ -26,6 +26,8 @@ import types
 from collections.abc import Sequence
 from typing import Final
 
+from trioserve.worker.alias_loader import AliasLoader
+
 ALIASES: Final[dict[str, str]] = {
     "mlserver": "trioserve.model",
     "mlserver.model": "trioserve.model.model",
@@ -55,25 +57,6 @@ _NOT_PROVIDED_HINTS: Final[dict[str, str]] = {
 _lock = threading.Lock()
 
 
-class _AliasLoader(importlib.abc.Loader):
-    """Loads an alias as the target module itself."""
-
-    def __init__(self, target: str) -> None:
-        self._target = target
-        self._target_spec: importlib.machinery.ModuleSpec | None = None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = importlib.import_module(self._target)
-        self._target_spec = module.__spec__
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        # The import system stamped the alias's spec on the shared module; give the module
-        # its own spec back so it stays a normal trioserve module.
-        if self._target_spec is not None:
-            module.__spec__ = self._target_spec
-
-
 class MlserverFinder(importlib.abc.MetaPathFinder):
     """Resolves ``mlserver`` and the ``mlserver.*`` names of :data:`ALIASES`."""
 
@@ -89,7 +72,7 @@ class MlserverFinder(importlib.abc.MetaPathFinder):
             target_name = ALIASES[fullname]
             is_package = hasattr(importlib.import_module(target_name), "__path__")
             return importlib.machinery.ModuleSpec(
-                fullname, _AliasLoader(target_name), is_package=is_package
+                fullname, AliasLoader(target_name), is_package=is_package
             )
         hint = _NOT_PROVIDED_HINTS.get(fullname)
         reason = f" ({hint})" if hint else ""

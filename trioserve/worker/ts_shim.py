@@ -23,6 +23,8 @@ import types
 from collections.abc import Sequence
 from typing import Final
 
+from trioserve.worker.alias_loader import AliasLoader
+
 ALIASES: Final[dict[str, str]] = {
     "ts.context": "trioserve.worker.context",
     "ts.torch_handler.base_handler": "trioserve.worker.base_handler",
@@ -49,29 +51,6 @@ PACKAGES: Final = _packages()
 _lock = threading.Lock()
 
 
-class _AliasLoader(importlib.abc.Loader):
-    """Loads an alias as the target module itself, or a package as an empty stand-in."""
-
-    def __init__(self, target: str | None) -> None:
-        self._target = target
-        self._target_spec: importlib.machinery.ModuleSpec | None = None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        if self._target is not None:
-            module = importlib.import_module(self._target)
-            self._target_spec = module.__spec__
-            return module
-        package = types.ModuleType(spec.name, "trioserve stand-in for a TorchServe package")
-        package.__path__ = []
-        return package
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        # The import system stamped the alias's spec on the shared module; give the module
-        # its own spec back so it stays a normal trioserve module.
-        if self._target_spec is not None:
-            module.__spec__ = self._target_spec
-
-
 class TsFinder(importlib.abc.MetaPathFinder):
     """Resolves ``ts`` and the ``ts.*`` names of :data:`ALIASES`."""
 
@@ -84,9 +63,9 @@ class TsFinder(importlib.abc.MetaPathFinder):
         if fullname != "ts" and not fullname.startswith("ts."):
             return None
         if fullname in PACKAGES:
-            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(None), is_package=True)
+            return importlib.machinery.ModuleSpec(fullname, AliasLoader(None), is_package=True)
         if fullname in ALIASES:
-            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(ALIASES[fullname]))
+            return importlib.machinery.ModuleSpec(fullname, AliasLoader(ALIASES[fullname]))
         raise ModuleNotFoundError(
             f"No module named {fullname!r}: the TorchServe package is not installed and "
             f"trioserve provides only {', '.join(sorted(ALIASES))}",
