@@ -13,7 +13,7 @@ and the configuration. Nursery tree::
               ├─ HTTP inference   (trioserve's HTTP/1.1 front: fast path + Quart app)
               ├─ HTTP management  (hypercorn)
               ├─ HTTP metrics     (hypercorn)
-              └─ gRPC inference + management (grpclib in trio-asyncio)
+              └─ gRPC inference + management (grpclib on an asyncio loop thread)
 
 Shutdown: the first SIGTERM/SIGINT (or ``shutdown`` being set) stops the listeners from
 accepting; in-flight requests get up to ``shutdown_grace_seconds`` to finish. Then the model

@@ -251,19 +251,24 @@ def test_queue_full_is_503_with_retry_after(make_server) -> None:  # type: ignor
         assert check(), f"{what}: {results}\n{server.log}"
 
     # One request at a time: the first must be running (its handler has started) before the
-    # second arrives, or both would race for the single queue slot.
-    threads = [threading.Thread(target=call) for _ in range(2)]
+    # second arrives, and the second must be with the worker before the third arrives.
+    # The second waits behind the running one at the (only) worker; the third waits in the
+    # queue (its one slot, pendingRequests 1); the fourth finds the queue full.
+    threads = [threading.Thread(target=call) for _ in range(3)]
     threads[0].start()
     wait_for(lambda: any(markers.glob("started-*")), "the first request never started")
     threads[1].start()
-    wait_for(lambda: pending() == 1, "the second request never queued")
+    time.sleep(0.3)  # the second is sent behind the running one, so nothing is pending
+    assert pending() == 0
+    threads[2].start()
+    wait_for(lambda: pending() == 1, "the third request never queued")
     r = httpx.post(f"{server.url}/predictions/control", content=b"x", timeout=30)
     for t in threads:
         t.join()
     code, _, message = error_of(r)
     assert code == 503 and "job_queue_size" in message
     assert r.headers["Retry-After"]
-    assert sorted(results) == [200, 200]
+    assert sorted(results) == [200, 200, 200]
 
 
 def test_sigterm_drains_in_flight_requests_then_stops_workers(server: Server) -> None:

@@ -22,6 +22,7 @@ from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.grpc.bridge import GrpcListener, _Bridge, _Servable, serve_grpc
 from trioserve.grpc.calls import Dispatcher, Gate
 from trioserve.grpc.inference import InferenceRpcs
+from trioserve.grpc.loop_thread import LoopThread
 from trioserve.runtime.dataplane import Dataplane
 
 from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version
@@ -209,7 +210,7 @@ async def test_oversized_unary_message_is_refused_before_it_is_read() -> None:
 def test_every_rpc_of_the_proto_must_be_implemented() -> None:
     rpcs = InferenceRpcs(None)  # type: ignore[arg-type]
     generated = InferenceApIsServiceBase().__mapping__()
-    bridge = _Bridge(Dispatcher(Gate(), None), 100)
+    bridge = _Bridge(Dispatcher(Gate(), None), 100, LoopThread())
     _Servable(generated, rpcs, bridge)  # complete: fine
 
     class Missing:

@@ -339,6 +339,29 @@ def test_cancel_is_seen_by_is_cancelled(spawn: Any) -> None:
     assert [bytes(r.body) for r in final.replies] == [b"cancelled"]
 
 
+def test_a_batch_cancelled_before_it_starts_never_reaches_the_handler(spawn: Any) -> None:
+    """A batch sent behind a running one (prefetch) whose requests are all cancelled while it
+    waits is answered without running the handler; one partly cancelled still runs."""
+    worker = spawn()
+    worker.load(fixture("fx_echo.py"))
+    worker.send(encode_batch(1, [item("s", body(b"1"), mode="sleep", seconds="0.5")]))
+    worker.send(encode_batch(2, [item("gone", body(b"2"), mode="fail")]))
+    worker.send(encode_batch(3, [item("kept", body(b"3")), item("half", body(b"4"))]))
+    worker.send(encode_cancel(["gone", "half"]))
+    first, second, third = worker.final(), worker.final(), worker.final()
+    assert (first.batch_id, first.code) == (1, 200)
+    # "fail" would have made the handler raise (a 503 naming the error); it never ran
+    assert (second.batch_id, second.code) == (2, 503)
+    assert second.message == "every request was cancelled before it ran"
+    assert (third.batch_id, third.code) == (3, 200)
+    described = [json.loads(bytes(r.body)) for r in third.replies]
+    assert [(d["request_id"], d["cancelled"]) for d in described] == [
+        ("kept", False),
+        ("half", True),
+    ]
+    assert "boom" not in worker.stderr()
+
+
 def test_ping_is_answered_while_the_handler_is_busy(spawn: Any) -> None:
     worker = spawn()
     worker.load(fixture("fx_echo.py"))

@@ -1,15 +1,16 @@
-"""The only asyncio module of trioserve's gRPC transport: grpclib inside trio-asyncio.
+"""trioserve's gRPC transport: grpclib on an asyncio loop in its own thread.
 
-grpclib is an asyncio library. :func:`serve_grpc` runs its servers on a trio-asyncio loop
-(``trio_asyncio.open_loop()``) inside the caller's nursery, so they start, drain and stop
-like the HTTP listeners. For every call grpclib runs an asyncio handler from this module;
-the handler decodes the request, then crosses into Trio once (``trio_as_aio``) to run the
-rpc's implementation, which is ordinary Trio code (:mod:`trioserve.grpc.inference`,
-:mod:`trioserve.grpc.management`). Streams get Trio-flavoured ``send``/``receive``
-callables that cross back (``aio_as_trio``) for each message.
+grpclib is an asyncio library. :func:`serve_grpc` runs its servers on a plain asyncio loop
+in a thread of its own (:class:`~trioserve.grpc.loop_thread.LoopThread`), started and
+stopped by the caller's nursery, so they start, drain and stop like the HTTP listeners.
+For every call grpclib runs an asyncio handler from this module; the handler decodes the
+request, then crosses into Trio once (``run_trio``) to run the rpc's implementation, which
+is ordinary Trio code (:mod:`trioserve.grpc.inference`, :mod:`trioserve.grpc.management`).
+Streams get Trio-flavoured ``send``/``receive`` callables that cross back (``run_aio``) for
+each message.
 
 Cancellation travels the same way: grpclib cancels a handler's asyncio task when the call's
-deadline (``grpc-timeout``) passes or the client resets the stream; trio-asyncio turns that
+deadline (``grpc-timeout``) passes or the client resets the stream; the crossing turns that
 into a Trio cancellation of the implementation, whose ``finally`` cancels the job.
 
 What grpclib lacks is added here: an inbound message limit (``max_request_size``), checked
@@ -37,7 +38,6 @@ import grpclib.const
 import grpclib.server
 import h2.exceptions
 import trio
-import trio_asyncio  # type: ignore[import-untyped]
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.protocol import H2Protocol
@@ -59,6 +59,7 @@ from trioserve.grpc.calls import (
     missing_message,
 )
 from trioserve.grpc.errors import grpc_code
+from trioserve.grpc.loop_thread import LoopThread
 
 log = logging.getLogger("trioserve.grpc")
 
@@ -144,9 +145,10 @@ class _InFlight:
 class _Bridge:
     """The asyncio handlers grpclib calls; each crosses into Trio once."""
 
-    def __init__(self, dispatcher: Dispatcher, max_request_size: int) -> None:
+    def __init__(self, dispatcher: Dispatcher, max_request_size: int, portal: LoopThread) -> None:
         self._dispatcher = dispatcher
         self._limit = max_request_size
+        self._portal = portal
         self.in_flight = _InFlight()
 
     async def handle(
@@ -199,27 +201,29 @@ class _Bridge:
             timeout=None if stream.deadline is None else stream.deadline.time_remaining(),
         )
         dispatcher = self._dispatcher
+        portal = self._portal
         dispatcher.authorize(service.key_kind_of(name), context)
+
+        async def send(message: Any) -> None:  # in Trio
+            await portal.run_aio(_send(stream, message))
+
         if isinstance(method, Unary):
             request = await self._recv(stream, request_type)
             if request is None:
                 raise missing_message()
-            reply = await trio_asyncio.trio_as_aio(dispatcher.unary)(method, request, context)
+            reply = await portal.run_trio(dispatcher.unary, method, request, context)
             await stream.send_message(reply)
         elif isinstance(method, ServerStreaming):
             request = await self._recv(stream, request_type)
             if request is None:
                 raise missing_message()
-            send = trio_asyncio.aio_as_trio(partial(_send, stream))
-            await trio_asyncio.trio_as_aio(dispatcher.server_streaming)(
-                method, request, context, send
-            )
+            await portal.run_trio(dispatcher.server_streaming, method, request, context, send)
         else:
-            receive = trio_asyncio.aio_as_trio(partial(self._recv, stream, request_type))
-            send = trio_asyncio.aio_as_trio(partial(_send, stream))
-            await trio_asyncio.trio_as_aio(dispatcher.bidi_streaming)(
-                method, receive, context, send
-            )
+
+            async def receive() -> Any | None:  # in Trio
+                return await portal.run_aio(self._recv(stream, request_type))
+
+            await portal.run_trio(dispatcher.bidi_streaming, method, receive, context, send)
 
     async def _recv(
         self, stream: grpclib.server.Stream[Any, Any], request_type: type[Any]
@@ -349,8 +353,9 @@ async def serve_grpc(
     (cancelling what is left, which cancels its requests) and this returns.
     """
     gate = Gate()
-    bridge = _Bridge(Dispatcher(gate, tokens), max_request_size)
-    async with trio_asyncio.open_loop():
+    async with trio.open_nursery() as nursery:
+        portal: LoopThread = await nursery.start(LoopThread().run)
+        bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal)
         listeners: list[_Listener] = []
         try:
             for planned in listeners_plan:
@@ -362,7 +367,7 @@ async def serve_grpc(
                         _Servable(service.base().__mapping__(), service, bridge)
                         for service in planned.services
                     ]
-                    server = await trio_asyncio.aio_as_trio(_start)(servables, sock)
+                    server = await portal.run_aio(_start(servables, sock))
                 except BaseException:
                     sock.close()
                     raise
@@ -372,7 +377,7 @@ async def serve_grpc(
             await shutdown_trigger()
             gate.close()
             with trio.move_on_after(graceful_timeout) as drain:
-                await trio_asyncio.aio_as_trio(bridge.in_flight.wait_idle)()
+                await portal.run_aio(bridge.in_flight.wait_idle())
             if drain.cancelled_caught:
                 log.warning(
                     "gRPC: %d calls still running after %g s; aborting them",
@@ -381,13 +386,14 @@ async def serve_grpc(
                 )
                 gate.abort_all()
                 with trio.move_on_after(CLOSE_TIMEOUT):
-                    await trio_asyncio.aio_as_trio(bridge.in_flight.wait_idle)()
+                    await portal.run_aio(bridge.in_flight.wait_idle())
         finally:
             gate.close()
             gate.abort_all()
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 for listener in listeners:
-                    await trio_asyncio.aio_as_trio(_close)(listener.server)
+                    await portal.run_aio(_close(listener.server))
+            nursery.cancel_scope.cancel()
             log.info("gRPC listeners closed")
 
 

@@ -263,10 +263,9 @@ class ModelManager:
             on_metrics=on_metrics,
             on_loaded=self.settings.load_time_sink,
             frame_builder=tensor_frame_builder(tensors) if tensors else default_batch_frame,
-            # Batching models keep their worker fed with a full batch behind the running one;
-            # one-request models keep TorchServe's one-at-a-time (a queued request stays
-            # queued, free to go to whichever worker is idle first).
-            prefetch=settings.batch_size > 1 and not settings.continuous_batching,
+            # Keep the worker fed: a full batch (for one-request models, one request) goes
+            # behind the running one once no worker is idle.
+            prefetch=not settings.continuous_batching,
             continuous=settings.continuous_batching,
         )
         return PoolSettings(

@@ -327,11 +327,8 @@ class WorkerLoop:
         return True
 
     def _batch_in_thread(self, batch: PendingBatch) -> None:
-        """In the handler thread: run one batch and write its answer.
-
-        The final RESPONSE and the METRICS frame that follows it go out in one write: one
-        system call and one wake-up of the server instead of two.
-        """
+        """In the handler thread: run one batch and write its answer (the final RESPONSE and
+        the METRICS frame after it in one write: one system call, one wake-up of the server)."""
         try:
             reply = self._reply_to(batch)
             # Under load another batch is already queued: its metrics can ride along later.
@@ -350,6 +347,9 @@ class WorkerLoop:
         entry, context = self.entry, self.context
         if entry is None or context is None or isinstance(entry, MLModelRunner):
             return error_reply(batch.batch_id, 503, "no model is loaded in this worker")
+        if all(self._cancels.is_cancelled(item.request_id) for item in batch.items):
+            # Sent behind a running batch and cancelled (client gone, deadline) before it ran.
+            return error_reply(batch.batch_id, 503, "every request was cancelled before it ran")
         channel = IntermediateChannel(batch.batch_id, self._send_from_thread)
         try:
             if any(oip.is_oip(item) for item in batch.items):

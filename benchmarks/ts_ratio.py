@@ -1,0 +1,267 @@
+"""trioserve against TorchServe 0.12, the six configurations of issue 17, one run.
+
+Uses ``../shared/bench`` as it is: its peer scripts (same echo handler, model configs and
+ports for both servers) and its load tools (wrk for HTTP/1.1, h2load for gRPC, one
+connection with C streams). For each configuration, TorchServe then trioserve: start,
+warm up, then for each protocol and concurrency a short warm-up and a measured run. Around
+each measured run the CPU time of the server's process tree is read from ``/proc`` (psutil),
+split into the server (the main process, plus for trioserve its ingress processes) and the
+workers (the model's worker processes), and divided by the requests served.
+
+    .venv/bin/python benchmarks/ts_ratio.py [--secs 5] [--concs 1,16,64] [--configs w2b8,w1b1]
+        [--peers ts,trio] [--tsv OUT.tsv] [--compare OLD.tsv]
+
+Prints a markdown table: rps of both, the ratio (trioserve / TorchServe) and the CPU per
+request of each side's server and workers. ``--compare`` reads an earlier ``--tsv`` and adds
+its trioserve ratio as a "before" column (its TorchServe rows are not reused for the ratio).
+Needs /tmp/ts-venv (see ../shared/bench/README.md), wrk and h2load. Loopback only; every
+run is bounded by time (wrk -d) or count (h2load -n) and a timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = (ROOT / ".." / "shared" / "bench").resolve()
+LOAD = BENCH / "load"
+HTTP_URL = "http://127.0.0.1:8080/predictions/echo"
+GRPC_URL = "http://127.0.0.1:7070/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
+CONFIGS = {  # id -> (workers, batch)
+    "w2b8": (2, 8),
+    "w1b1": (1, 1),
+    "w2b1": (2, 1),
+}
+LABELS = {
+    "w2b8": "2 workers, batchSize 8 / 5 ms",
+    "w1b1": "1 worker, batchSize 1",
+    "w2b1": "2 workers, batchSize 1",
+}
+PEERS = {"ts": "torchserve", "trio": "trioserve"}
+
+
+@dataclass
+class Row:
+    config: str
+    proto: str
+    conc: int
+    peer: str
+    rps: float
+    n: int
+    server_us: float
+    worker_us: float
+    cores: float
+    rss_mb: float
+
+
+def _field(line: str, name: str) -> str:
+    match = re.search(rf"\b{name}=([0-9.]+)", line)
+    if match is None:
+        raise RuntimeError(f"no {name}= in load output: {line!r}")
+    return match.group(1)
+
+
+def _is_worker(proc: psutil.Process, peer: str) -> bool:
+    try:
+        cmdline = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    if peer == "trio":
+        return "trioserve.worker" in cmdline
+    return "model_service_worker" in cmdline
+
+
+def cpu_split(pid: int, peer: str) -> tuple[float, float, int]:
+    """CPU seconds so far of (server side, workers) and the tree's RSS in bytes."""
+    root = psutil.Process(pid)
+    server = workers = 0.0
+    rss = 0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+            used = times.user + times.system
+            rss += proc.memory_info().rss
+        except psutil.Error:
+            continue
+        if _is_worker(proc, peer):
+            workers += used
+        else:
+            server += used
+    return server, workers, rss
+
+
+def run_load(proto: str, conc: int, secs: float, rate_hint: float | None) -> str:
+    env = dict(os.environ)
+    if proto == "http":
+        cmd = [str(LOAD / "http_wrk.sh"), HTTP_URL, str(LOAD / "bodies/hello.bin"), str(conc)]
+        cmd.append(str(int(secs)))
+    else:
+        env["EXPECT_RESP_BYTES"] = "12"
+        # Count mode: no stream left in flight at the end (the harness's default).
+        env["H2_N"] = str(max(200, int((rate_hint or 300) * secs)))
+        frame = LOAD / "bodies/ts_predictions_hello.grpc"
+        cmd = [str(LOAD / "grpc_h2load.sh"), GRPC_URL, str(frame), str(conc), str(int(secs * 4))]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def start(peer: str, workers: int, batch: int) -> int:
+    script = BENCH / "peers" / PEERS[peer] / "start.sh"
+    env = dict(os.environ, WORKERS=str(workers), BATCH=str(batch), PROJECT=str(ROOT))
+    out = subprocess.run([str(script)], env=env, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"{peer} did not start: {out.stderr[-2000:]}")
+    return int(_field(out.stdout, "pid"))
+
+
+def stop(peer: str) -> None:
+    script = BENCH / "peers" / PEERS[peer] / "stop.sh"
+    subprocess.run([str(script)], env=dict(os.environ, PROJECT=str(ROOT)), capture_output=True)
+
+
+def measure(peer: str, config: str, args: argparse.Namespace) -> list[Row]:
+    workers, batch = CONFIGS[config]
+    pid = start(peer, workers, batch)
+    rows: list[Row] = []
+    try:
+        for proto in ("http", "grpc"):
+            hint = None
+            line = run_load(proto, 16, args.peer_warmup, hint)  # warm-up after start
+            hint = float(_field(line, "rps"))
+            for conc in args.concs:
+                line = run_load(proto, conc, args.warmup, hint)
+                hint = float(_field(line, "rps"))
+                s0, w0, _ = cpu_split(pid, peer)
+                t0 = time.monotonic()
+                line = run_load(proto, conc, args.secs, hint)
+                wall = time.monotonic() - t0
+                s1, w1, rss = cpu_split(pid, peer)
+                n = int(_field(line, "n"))
+                rps = float(_field(line, "rps"))
+                hint = rps
+                row = Row(
+                    config,
+                    proto,
+                    conc,
+                    peer,
+                    rps,
+                    n,
+                    server_us=(s1 - s0) * 1e6 / max(n, 1),
+                    worker_us=(w1 - w0) * 1e6 / max(n, 1),
+                    cores=((s1 - s0) + (w1 - w0)) / wall,
+                    rss_mb=rss / 2**20,
+                )
+                print(
+                    f"  {peer} {config} {proto} c={conc}: {rps:.0f} rps, server "
+                    f"{row.server_us:.0f} µs/req, workers {row.worker_us:.0f} µs/req, "
+                    f"{row.cores:.2f} cores",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                rows.append(row)
+    finally:
+        stop(peer)
+    return rows
+
+
+def read_tsv(path: Path) -> list[Row]:
+    with path.open() as f:
+        return [
+            Row(
+                r["config"],
+                r["proto"],
+                int(r["conc"]),
+                r["peer"],
+                float(r["rps"]),
+                int(r["n"]),
+                float(r["server_us"]),
+                float(r["worker_us"]),
+                float(r["cores"]),
+                float(r["rss_mb"]),
+            )
+            for r in csv.DictReader(f, delimiter="\t")
+        ]
+
+
+def write_tsv(path: Path, rows: list[Row]) -> None:
+    names = list(Row.__dataclass_fields__)
+    with path.open("w") as f:
+        f.write("\t".join(names) + "\n")
+        for row in rows:
+            f.write("\t".join(str(getattr(row, name)) for name in names) + "\n")
+
+
+def render(rows: list[Row], before: list[Row] | None) -> str:
+    index = {(r.config, r.proto, r.conc, r.peer): r for r in rows}
+    old = {(r.config, r.proto, r.conc, r.peer): r for r in before or []}
+    head = (
+        "| config | proto | c | TorchServe rps | trioserve rps | ratio |"
+        + (" ratio before |" if before else "")
+        + " trio server µs/req | trio worker µs/req | TS server µs/req | TS worker µs/req |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    keys = sorted(
+        {(r.config, r.proto, r.conc) for r in rows},
+        key=lambda k: (list(CONFIGS).index(k[0]), k[1] != "http", k[2]),
+    )
+    for config, proto, conc in keys:
+        ts = index.get((config, proto, conc, "ts"))
+        trio = index.get((config, proto, conc, "trio"))
+        ratio = f"{trio.rps / ts.rps:.2f}" if ts and trio else "-"
+        cells = [
+            LABELS[config],
+            "HTTP" if proto == "http" else "gRPC",
+            str(conc),
+            f"{ts.rps:.0f}" if ts else "-",
+            f"{trio.rps:.0f}" if trio else "-",
+            ratio,
+        ]
+        if before:
+            ots = old.get((config, proto, conc, "ts"))
+            otrio = old.get((config, proto, conc, "trio"))
+            cells.append(f"{otrio.rps / ots.rps:.2f}" if ots and otrio else "-")
+        for r in (trio, ts):
+            cells += [f"{r.server_us:.0f}", f"{r.worker_us:.0f}"] if r else ["-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--secs", type=float, default=5)
+    parser.add_argument("--warmup", type=float, default=2)
+    parser.add_argument("--peer-warmup", type=float, default=6)
+    parser.add_argument("--concs", default="1,16,64")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--peers", default="ts,trio")
+    parser.add_argument("--tsv", type=Path, default=None)
+    parser.add_argument("--compare", type=Path, default=None)
+    parser.add_argument("--reuse", type=Path, default=None, help="rows of peers not run now")
+    args = parser.parse_args()
+    args.concs = [int(c) for c in args.concs.split(",")]
+    rows: list[Row] = []
+    if args.reuse:
+        wanted = set(args.peers.split(","))
+        rows += [r for r in read_tsv(args.reuse) if r.peer not in wanted]
+    for config in args.configs.split(","):
+        for peer in args.peers.split(","):
+            print(f"{peer} {config}", file=sys.stderr, flush=True)
+            rows += measure(peer, config, args)
+    if args.tsv:
+        write_tsv(args.tsv, rows)
+    before = read_tsv(args.compare) if args.compare else None
+    print(render(rows, before))
+
+
+if __name__ == "__main__":
+    main()
