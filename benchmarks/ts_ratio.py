@@ -9,11 +9,14 @@ split into the server (the main process, plus for trioserve its ingress processe
 workers (the model's worker processes), and divided by the requests served.
 
     .venv/bin/python benchmarks/ts_ratio.py [--secs 5] [--concs 1,16,64] [--configs w2b8,w1b1]
-        [--peers ts,trio] [--tsv OUT.tsv] [--compare OLD.tsv]
+        [--peers ts,trio] [--tsv OUT.tsv] [--compare OLD.tsv] [--base-tree DIR]
 
 Prints a markdown table: rps of both, the ratio (trioserve / TorchServe) and the CPU per
-request of each side's server and workers. ``--compare`` reads an earlier ``--tsv`` and adds
-its trioserve ratio as a "before" column (its TorchServe rows are not reused for the ratio).
+request of each side's server and workers. ``--base-tree DIR`` adds the peer ``base``: the
+trioserve source in DIR (an older checkout, e.g. ``git worktree add /tmp/base <commit>`` with
+the built ``_collate*.so`` copied in) run from this venv with ``PYTHONPATH=DIR``, so that a
+"ratio before" column comes from the same run (``--peers ts,base,trio``). ``--compare`` reads
+an earlier ``--tsv`` and takes that column from its trioserve rows instead.
 Needs /tmp/ts-venv (see ../shared/bench/README.md), wrk and h2load. Loopback only; every
 run is bounded by time (wrk -d) or count (h2load -n) and a timeout.
 """
@@ -47,7 +50,8 @@ LABELS = {
     "w1b1": "1 worker, batchSize 1",
     "w2b1": "2 workers, batchSize 1",
 }
-PEERS = {"ts": "torchserve", "trio": "trioserve"}
+PEERS = {"ts": "torchserve", "trio": "trioserve", "base": "trioserve"}
+BASE_TREE: Path | None = None
 
 
 @dataclass
@@ -76,7 +80,7 @@ def _is_worker(proc: psutil.Process, peer: str) -> bool:
         cmdline = " ".join(proc.cmdline())
     except psutil.Error:
         return False
-    if peer == "trio":
+    if peer in ("trio", "base"):
         return "trioserve.worker" in cmdline
     return "model_service_worker" in cmdline
 
@@ -118,6 +122,9 @@ def run_load(proto: str, conc: int, secs: float, rate_hint: float | None) -> str
 def start(peer: str, workers: int, batch: int) -> int:
     script = BENCH / "peers" / PEERS[peer] / "start.sh"
     env = dict(os.environ, WORKERS=str(workers), BATCH=str(batch), PROJECT=str(ROOT))
+    if peer == "base":
+        assert BASE_TREE is not None, "--base-tree is needed for the peer base"
+        env["PYTHONPATH"] = str(BASE_TREE)
     out = subprocess.run([str(script)], env=env, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"{peer} did not start: {out.stderr[-2000:]}")
@@ -204,6 +211,10 @@ def write_tsv(path: Path, rows: list[Row]) -> None:
 def render(rows: list[Row], before: list[Row] | None) -> str:
     index = {(r.config, r.proto, r.conc, r.peer): r for r in rows}
     old = {(r.config, r.proto, r.conc, r.peer): r for r in before or []}
+    if before is None and any(r.peer == "base" for r in rows):
+        old = {(r.config, r.proto, r.conc, "trio"): r for r in rows if r.peer == "base"}
+        old.update({k: r for k, r in index.items() if k[3] == "ts"})
+        before = rows
     head = (
         "| config | proto | c | TorchServe rps | trioserve rps | ratio |"
         + (" ratio before |" if before else "")
@@ -226,12 +237,20 @@ def render(rows: list[Row], before: list[Row] | None) -> str:
             f"{trio.rps:.0f}" if trio else "-",
             ratio,
         ]
+        otrio = old.get((config, proto, conc, "trio"))
         if before:
             ots = old.get((config, proto, conc, "ts"))
-            otrio = old.get((config, proto, conc, "trio"))
             cells.append(f"{otrio.rps / ots.rps:.2f}" if ots and otrio else "-")
-        for r in (trio, ts):
-            cells += [f"{r.server_us:.0f}", f"{r.worker_us:.0f}"] if r else ["-", "-"]
+        for r, was in ((trio, otrio), (ts, None)):
+            if r is None:
+                cells += ["-", "-"]
+            elif was is None:
+                cells += [f"{r.server_us:.0f}", f"{r.worker_us:.0f}"]
+            else:  # after (before)
+                cells += [
+                    f"{r.server_us:.0f} ({was.server_us:.0f})",
+                    f"{r.worker_us:.0f} ({was.worker_us:.0f})",
+                ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -247,7 +266,10 @@ def main() -> None:
     parser.add_argument("--tsv", type=Path, default=None)
     parser.add_argument("--compare", type=Path, default=None)
     parser.add_argument("--reuse", type=Path, default=None, help="rows of peers not run now")
+    parser.add_argument("--base-tree", type=Path, default=None)
     args = parser.parse_args()
+    global BASE_TREE
+    BASE_TREE = args.base_tree
     args.concs = [int(c) for c in args.concs.split(",")]
     rows: list[Row] = []
     if args.reuse:
