@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import enum
-import uuid
+import itertools
+import os
 from dataclasses import dataclass, field
 
 from trioserve.core.messages import Param, WorkItem
 
+# Request ids look like version-4 UUIDs (TorchServe's do, and handlers see them): 64 random
+# bits chosen once per process, then a counter, so each id costs a format instead of a
+# system call and a UUID object (uuid4 showed as 2% of the server's CPU per request). Ids
+# are unique within the process, and across processes as their random parts differ; they
+# are not secrets and not meant to be unguessable.
+_RANDOM = os.urandom(8).hex()
+_PREFIX = f"{_RANDOM[:8]}-{_RANDOM[8:12]}-4{_RANDOM[12:15]}-{'89ab'[int(_RANDOM[15], 16) & 3]}"
+_COUNTER = itertools.count(int.from_bytes(os.urandom(8), "big") >> 4)
+
 
 def new_request_id() -> str:
-    return str(uuid.uuid4())
+    n = next(_COUNTER) & 0xFFFF_FFFF_FFFF_FFF
+    return f"{_PREFIX}{n >> 48:03x}-{n & 0xFFFF_FFFF_FFFF:012x}"
 
 
 @dataclass(slots=True)

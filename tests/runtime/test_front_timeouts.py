@@ -1,0 +1,108 @@
+"""The inference port's HTTP server on a real socket: its idle keep-alive and read timeouts,
+and a drain that does not wait for its timer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from trioserve.config import Address
+from trioserve.core.errors import ServeError
+from trioserve.http.bodies import Answer
+from trioserve.http.errors import protocol_error_answer
+from trioserve.http.front import Front, FrontSettings
+
+REQUEST = b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
+
+
+async def _lifespan_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    assert scope["type"] == "lifespan"
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _echo(request: Any) -> Answer:
+    return Answer(200, [("content-type", "text/plain")], request.body)
+
+
+def _error_body(error: ServeError, path: str | None) -> Answer:
+    return protocol_error_answer(500, error.message)
+
+
+async def _read_all(stream: trio.SocketStream) -> bytes:
+    data = b""
+    while chunk := await stream.receive_some(65536):
+        data += chunk
+    return data
+
+
+async def _serving(
+    nursery: trio.Nursery, shutdown: trio.Event, **settings: float
+) -> tuple[Front, int]:
+    front = Front(_lifespan_only, _echo, FrontSettings(1 << 20, **settings), _error_body)
+    bound = await nursery.start(
+        lambda task_status: front.serve(
+            Address("http", "127.0.0.1", 0), shutdown_trigger=shutdown.wait, task_status=task_status
+        )
+    )
+    return front, int(bound[0].rsplit(":", 1)[1])
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_its_timeout() -> None:
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        _front, port = await _serving(nursery, shutdown, keep_alive_timeout=0.3)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(REQUEST)
+        started = trio.current_time()
+        with trio.fail_after(5):
+            data = await _read_all(stream)  # the answer, then EOF once idle too long
+        waited = trio.current_time() - started
+        assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"hi")
+        assert 0.25 <= waited < 2.0
+        await stream.aclose()
+        shutdown.set()
+
+
+async def test_a_request_that_does_not_arrive_in_time_is_408() -> None:
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        _front, port = await _serving(nursery, shutdown, read_timeout=0.3)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"POST /x HTTP/1.1\r\nHost: t\r\n")  # the head never ends
+        started = trio.current_time()
+        with trio.fail_after(5):
+            data = await _read_all(stream)
+        assert data.startswith(b"HTTP/1.1 408")
+        assert 0.25 <= trio.current_time() - started < 2.0
+        # a connection that keeps its requests coming is not cut
+        lively = await trio.open_tcp_stream("127.0.0.1", port)
+        for _ in range(4):
+            await lively.send_all(REQUEST)
+            answer = await lively.receive_some(65536)
+            assert answer.startswith(b"HTTP/1.1 200")
+            await trio.sleep(0.1)
+        await stream.aclose()
+        await lively.aclose()
+        shutdown.set()
+
+
+async def test_shutdown_does_not_wait_for_the_timer_or_the_grace_period() -> None:
+    shutdown = trio.Event()
+    with trio.fail_after(3):
+        async with trio.open_nursery() as nursery:
+            _front, port = await _serving(
+                nursery, shutdown, keep_alive_timeout=60, graceful_timeout=30
+            )
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(REQUEST)
+            assert (await stream.receive_some(65536)).startswith(b"HTTP/1.1 200")
+            shutdown.set()  # the idle connection closes at once, and serve() returns
+        assert await _read_all(stream) == b""
+        await stream.aclose()
