@@ -147,8 +147,12 @@ class InferenceRpcs:
         self, request: PredictionsRequest, context: RpcContext
     ) -> PredictionResponse:
         """One answer; a handler that streams has its parts joined, as HTTP's body is."""
+        parts: list[bytes] = []
         async with self._submit(request, context) as call:
-            parts = [bytes(reply.body) async for reply, _final in call.replies()]
+            final = False
+            while not final:  # next_reply, not replies(): no async generator per call
+                reply, final = await call.next_reply()
+                parts.append(bytes(reply.body))
         return PredictionResponse(prediction=b"".join(parts))
 
     async def stream_predictions(
