@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -53,6 +54,20 @@ def serve(use_uvloop: bool) -> None:
     asyncio.run(main())
 
 
+def _wait_listening(server: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(f"the grpclib server exited with {server.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", PORT), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # a plain script: nothing else to run meanwhile
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=10000)
@@ -66,7 +81,7 @@ def main() -> None:
     cmd = [sys.executable, __file__, "--serve"] + (["--uvloop"] if args.uvloop else [])
     server = subprocess.Popen(cmd)
     try:
-        time.sleep(1.5)
+        _wait_listening(server)
         proc = psutil.Process(server.pid)
         print("| streams | calls/s | server CPU µs/call |\n|---:|---:|---:|")
         for conc in [int(c) for c in args.concs.split(",")]:

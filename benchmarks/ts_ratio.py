@@ -51,7 +51,6 @@ LABELS = {
     "w2b1": "2 workers, batchSize 1",
 }
 PEERS = {"ts": "torchserve", "trio": "trioserve", "base": "trioserve"}
-BASE_TREE: Path | None = None
 
 
 @dataclass
@@ -119,12 +118,13 @@ def run_load(proto: str, conc: int, secs: float, rate_hint: float | None) -> str
     return out.strip().splitlines()[-1]
 
 
-def start(peer: str, workers: int, batch: int) -> int:
+def start(peer: str, workers: int, batch: int, base_tree: Path | None) -> int:
     script = BENCH / "peers" / PEERS[peer] / "start.sh"
     env = dict(os.environ, WORKERS=str(workers), BATCH=str(batch), PROJECT=str(ROOT))
     if peer == "base":
-        assert BASE_TREE is not None, "--base-tree is needed for the peer base"
-        env["PYTHONPATH"] = str(BASE_TREE)
+        if base_tree is None:
+            raise SystemExit("the peer 'base' needs --base-tree")
+        env["PYTHONPATH"] = str(base_tree)
     out = subprocess.run([str(script)], env=env, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"{peer} did not start: {out.stderr[-2000:]}")
@@ -138,7 +138,7 @@ def stop(peer: str) -> None:
 
 def measure(peer: str, config: str, args: argparse.Namespace) -> list[Row]:
     workers, batch = CONFIGS[config]
-    pid = start(peer, workers, batch)
+    pid = start(peer, workers, batch, args.base_tree)
     rows: list[Row] = []
     try:
         for proto in ("http", "grpc"):
@@ -268,8 +268,6 @@ def main() -> None:
     parser.add_argument("--reuse", type=Path, default=None, help="rows of peers not run now")
     parser.add_argument("--base-tree", type=Path, default=None)
     args = parser.parse_args()
-    global BASE_TREE
-    BASE_TREE = args.base_tree
     args.concs = [int(c) for c in args.concs.split(",")]
     rows: list[Row] = []
     if args.reuse:

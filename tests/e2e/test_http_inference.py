@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from .server import Server, wait_gone
+from .test_metrics import samples
 
 pytestmark = pytest.mark.e2e
 
@@ -244,6 +245,11 @@ def test_queue_full_is_503_with_retry_after(make_server) -> None:  # type: ignor
         described = httpx.get(f"{server.management_url}/models/control", timeout=30).json()
         return int(described[0]["jobQueueStatus"]["pendingRequests"])
 
+    def received() -> float:
+        found = samples(httpx.get(f"{server.metrics_url}/metrics", timeout=30).text)
+        counts = found.get("ts_inference_requests_total", [])
+        return sum(v for labels, v in counts if labels.get("model_name") == "control")
+
     def wait_for(check, what: str) -> None:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + 10
         while not check() and time.monotonic() < deadline:
@@ -258,7 +264,9 @@ def test_queue_full_is_503_with_retry_after(make_server) -> None:  # type: ignor
     threads[0].start()
     wait_for(lambda: any(markers.glob("started-*")), "the first request never started")
     threads[1].start()
-    time.sleep(0.3)  # the second is sent behind the running one, so nothing is pending
+    # the server has the second request (counted on arrival) and none is pending: it was
+    # sent behind the running one
+    wait_for(lambda: received() == 2, "the second request never arrived")
     assert pending() == 0
     threads[2].start()
     wait_for(lambda: pending() == 1, "the third request never queued")

@@ -203,10 +203,6 @@ class _Bridge:
         dispatcher = self._dispatcher
         portal = self._portal
         dispatcher.authorize(service.key_kind_of(name), context)
-
-        async def send(message: Any) -> None:  # in Trio
-            await portal.run_aio(_send(stream, message))
-
         if isinstance(method, Unary):
             request = await self._recv(stream, request_type)
             if request is None:
@@ -217,8 +213,10 @@ class _Bridge:
             request = await self._recv(stream, request_type)
             if request is None:
                 raise missing_message()
+            send = partial(_send_from_trio, portal, stream)
             await portal.run_trio(dispatcher.server_streaming, method, request, context, send)
         else:
+            send = partial(_send_from_trio, portal, stream)
 
             async def receive() -> Any | None:  # in Trio
                 return await portal.run_aio(self._recv(stream, request_type))
@@ -258,6 +256,13 @@ async def _send(stream: grpclib.server.Stream[Any, Any], message: Any) -> None:
         await stream.send_message(message)
     except StreamTerminatedError:
         raise client_went_away() from None
+
+
+async def _send_from_trio(
+    portal: LoopThread, stream: grpclib.server.Stream[Any, Any], message: Any
+) -> None:
+    """A stream's ``send`` for the Trio implementation: one crossing per message."""
+    await portal.run_aio(_send(stream, message))
 
 
 @dataclass(frozen=True, slots=True)

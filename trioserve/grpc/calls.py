@@ -11,8 +11,7 @@ see. They know nothing about grpclib or asyncio: ``trioserve.grpc.bridge`` owns 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -124,25 +123,11 @@ class Gate:
         self.closed = False
         self._scopes: set[trio.CancelScope] = set()
 
-    @contextmanager
-    def admit(self) -> Iterator[None]:
-        """Run one call; refuse it (UNAVAILABLE) once draining. A call aborted by
-        :meth:`abort_all` ends with UNAVAILABLE too (its jobs are cancelled on the way)."""
-        if self.closed:
-            raise errors.shutting_down()
-        scope = trio.CancelScope()
-        self._scopes.add(scope)
-        try:
-            with scope:
-                yield
-        finally:
-            self._scopes.discard(scope)
-        if scope.cancelled_caught:
-            raise aborted_by_shutdown()
-
     async def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """As :meth:`admit`, around ``await fn(*args)``, without a generator-based context
-        manager (a unary call's path; they showed in profiles)."""
+        """``await fn(*args)`` as one call; refused (UNAVAILABLE) once draining. A call
+        aborted by :meth:`abort_all` ends with UNAVAILABLE too (its jobs are cancelled on the
+        way). A plain coroutine, not a generator-based context manager: those showed in
+        profiles on the call path."""
         if self.closed:
             raise errors.shutting_down()
         scope = trio.CancelScope()
@@ -176,24 +161,17 @@ class Dispatcher:
         if self.tokens is not None and kind is not None:
             self.tokens.check(kind, context.authorization())
 
-    @contextmanager
-    def _running(self) -> Iterator[None]:
+    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Admit the call; anything but a ServeError (or a cancellation) is a bug: INTERNAL."""
-        with self.gate.admit():
-            try:
-                yield
-            except ServeError:
-                raise
-            except Exception as exc:
-                raise unexpected(exc) from exc
-
-    async def unary(self, method: Unary[Any, Any], request: Any, context: RpcContext) -> Any:
         try:
-            return await self.gate.run(method.func, request, context.on_trio_clock())
+            return await self.gate.run(fn, *args)
         except ServeError:
             raise
         except Exception as exc:
             raise unexpected(exc) from exc
+
+    async def unary(self, method: Unary[Any, Any], request: Any, context: RpcContext) -> Any:
+        return await self._run(method.func, request, context.on_trio_clock())
 
     async def server_streaming(
         self,
@@ -202,8 +180,7 @@ class Dispatcher:
         context: RpcContext,
         send: Send[Any],
     ) -> None:
-        with self._running():
-            await method.func(request, context.on_trio_clock(), send)
+        await self._run(method.func, request, context.on_trio_clock(), send)
 
     async def bidi_streaming(
         self,
@@ -212,8 +189,7 @@ class Dispatcher:
         context: RpcContext,
         send: Send[Any],
     ) -> None:
-        with self._running():
-            await method.func(receive, context.on_trio_clock(), send)
+        await self._run(method.func, receive, context.on_trio_clock(), send)
 
 
 def single_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

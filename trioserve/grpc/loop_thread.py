@@ -49,6 +49,16 @@ class _TrioCall:
             self.scope.cancel()
 
 
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The thread: run ``loop`` until stopped, then close it there (no loop work, however
+    short, is left for Trio's thread)."""
+    try:
+        loop.run_forever()
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
+
+
 def _settle(future: asyncio.Future[outcome.Outcome[Any]], result: outcome.Outcome[Any]) -> None:
     if not future.done():
         future.set_result(result)
@@ -77,7 +87,7 @@ class LoopThread:
         loop = asyncio.SelectorEventLoop()
         started = threading.Event()
         loop.call_soon(started.set)
-        thread = threading.Thread(target=loop.run_forever, name=THREAD_NAME, daemon=True)
+        thread = threading.Thread(target=_run_loop, args=(loop,), name=THREAD_NAME, daemon=True)
         thread.start()
         try:
             await trio.to_thread.run_sync(started.wait)
@@ -92,8 +102,6 @@ class LoopThread:
             loop.call_soon_threadsafe(loop.stop)
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(thread.join)
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
 
     # -- asyncio side -------------------------------------------------------------------------
 
