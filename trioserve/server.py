@@ -10,7 +10,8 @@ and the configuration. Nursery tree::
          ├─ signal watcher (SIGTERM/SIGINT -> drain)
          ├─ system metrics sampler
          └─ listeners nursery
-              ├─ HTTP inference   (trioserve's HTTP/1.1 front: fast path + Quart app)
+              ├─ HTTP inference   (trioserve's HTTP/1.1 front: fast path + Quart app;
+              │                    its connections in ingress processes, one task each)
               ├─ HTTP management  (hypercorn)
               ├─ HTTP metrics     (hypercorn)
               └─ gRPC inference + management (grpclib on an asyncio loop thread)
@@ -51,6 +52,7 @@ from trioserve.grpc.oip import SERVICE as OIP_SERVICE
 from trioserve.grpc.oip import oip_service
 from trioserve.http.front import FastPath, Front, FrontSettings
 from trioserve.http.inference import create_inference_app, error_for_path, fast_path
+from trioserve.http.ingress import Ingress
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
@@ -80,6 +82,15 @@ class ServerInfo:
 
 # How often CPU, memory and disk gauges are sampled (TorchServe: metric_time_interval, 60 s).
 SYSTEM_METRICS_INTERVAL = 60.0
+
+
+def ingress_processes(config: ServerConfig) -> int:
+    """How many ingress processes serve the inference port (``auto``: one per CPU, when
+    there is more than one)."""
+    if config.ingress_processes is not None:
+        return config.ingress_processes
+    cpus = os.cpu_count() or 1
+    return cpus if cpus > 1 else 0
 
 
 def startup_workers(config: ServerConfig) -> int:
@@ -220,7 +231,11 @@ def http_service(
         error_body=error_for_path,
         on_response=metrics.http_status,
     )
-    return partial(front.serve, address, shutdown_trigger=shutdown.wait)
+    count = ingress_processes(config)
+    if count == 0 or address.is_tls:
+        return partial(front.serve, address, shutdown_trigger=shutdown.wait)
+    ingress = Ingress(count, log_level=logging.getLevelName(log.getEffectiveLevel()))
+    return partial(front.serve, address, shutdown_trigger=shutdown.wait, accept=ingress.accept)
 
 
 def grpc_listeners(

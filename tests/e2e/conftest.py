@@ -50,7 +50,7 @@ def make_server(tmp_path: Path, store: Path) -> Iterator[object]:
 
     yield make
     for server in servers:
-        pids = server.worker_pids() if server.process and server.process.poll() is None else []
+        pids = server.child_pids() if server.process and server.process.poll() is None else []
         server.stop()
         server.kill()
-        assert wait_gone(pids) == [], f"worker processes left behind:\n{server.log}"
+        assert wait_gone(pids) == [], f"child processes left behind:\n{server.log}"

@@ -113,10 +113,10 @@ def running_server(
     try:
         yield server
     finally:
-        pids = server.worker_pids() if server.process and server.process.poll() is None else []
+        pids = server.child_pids() if server.process and server.process.poll() is None else []
         status = server.stop()
         server.kill()
-        assert wait_gone(pids) == [], f"worker processes left behind:\n{server.log}"
+        assert wait_gone(pids) == [], f"child processes left behind:\n{server.log}"
         assert status == 0, f"server exited with {status}:\n{server.log}"
 
 

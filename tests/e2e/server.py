@@ -149,8 +149,17 @@ class Server:
         except psutil.NoSuchProcess:
             return []
 
-    def worker_pids(self) -> list[int]:
+    def child_pids(self) -> list[int]:
+        """Every process the server started: workers and ingress processes."""
         return [p.pid for p in self.descendants()]
+
+    def worker_pids(self) -> list[int]:
+        """The model worker processes (every descendant but the ingress processes)."""
+        return [p.pid for p in self.descendants() if not _is_ingress(p)]
+
+    def ingress_pids(self) -> list[int]:
+        """The ingress processes that serve the inference port's connections."""
+        return [p.pid for p in self.descendants() if _is_ingress(p)]
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -181,6 +190,16 @@ class Server:
                     kid.kill()
                 except psutil.NoSuchProcess:
                     pass
+
+
+def _is_ingress(process: psutil.Process) -> bool:
+    try:
+        return INGRESS_MODULE in process.cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+
+
+INGRESS_MODULE = "trioserve.http.ingress_process"
 
 
 def wait_gone(pids: list[int], timeout: float = 15) -> list[int]:

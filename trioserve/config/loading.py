@@ -103,6 +103,7 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "key_file": ("TS_KEY_FILE",),
     "max_unpacked_archive_bytes": ("TS_MAX_UNPACKED_ARCHIVE_BYTES",),
     "max_workers_per_model": ("TS_MAX_WORKERS_PER_MODEL",),
+    "ingress_processes": ("TS_INGRESS_PROCESSES",),
     "oip_grpc_stream_shape": ("TS_OIP_GRPC_STREAM_SHAPE",),
 }
 
@@ -302,6 +303,11 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         max_unpacked_archive_bytes=v.integer("max_unpacked_archive_bytes", 4 << 30, minimum=1),
         oip_grpc_stream_shape=v.oip_grpc_stream_shape(),
         max_workers_per_model=v.integer("max_workers_per_model", 0, minimum=0),
+        ingress_processes=(
+            None
+            if (v.str_or_none("ingress_processes") or "auto").lower() == "auto"
+            else v.integer("ingress_processes", 0, minimum=0, maximum=256)
+        ),
         config_file=config_file,
         unknown_keys=tuple(unknown),
     )

@@ -17,7 +17,7 @@ from trioserve.core import errors
 from trioserve.core.http1 import LAST_CHUNK, Request, chunk, no_body, response_head
 
 if TYPE_CHECKING:
-    from trioserve.http.front import Front, _Connection
+    from trioserve.http.front import Connection, Front
 
 log = logging.getLogger("trioserve.http")
 
@@ -26,7 +26,7 @@ class AsgiRequest:
     """One request run through the ASGI app."""
 
     def __init__(
-        self, front: Front, connection: _Connection, request: Request, keep_alive: bool
+        self, front: Front, connection: Connection, request: Request, keep_alive: bool
     ) -> None:
         self.front = front
         self.connection = connection

@@ -19,11 +19,10 @@ import errno
 import logging
 import math
 import os
-import socket
-import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Protocol
 
 import trio
 
@@ -43,12 +42,34 @@ from trioserve.core.http1 import (
 from trioserve.http.asgi import AsgiRequest, Lifespan
 from trioserve.http.bodies import Answer
 from trioserve.http.errors import protocol_error_answer
+from trioserve.http.listeners import open_listeners, remove_socket_file
 from trioserve.sockio import send_eagerly
 
 log = logging.getLogger("trioserve.http")
 
 _ACCEPT_RETRY = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
+
+
+class Connection(Protocol):
+    """What answering a request needs of its connection: the front's own connections, and
+    the hub's stand-ins for the connections of its ingress processes
+    (:mod:`trioserve.http.ingress`)."""
+
+    gone: trio.Event  # the client closed (or broke) its side
+    client: Any  # (host, port), or None (a Unix socket)
+    server: Any
+
+    async def send(self, data: bytes) -> None: ...
+
+
+Acceptor = Callable[
+    ["Front", list[trio.SocketListener], Callable[[], Awaitable[None]], Callable[[], None]],
+    Awaitable[None],
+]
+"""Who accepts connections on a front's listeners until the shutdown trigger fires (and
+then drains them): ``(front, listeners, shutdown_trigger, started)``. The front's own
+:meth:`Front.accept_until` by default; the ingress processes when there are some."""
 
 
 FastPath = Callable[[Request], Awaitable[Answer | None]]
@@ -197,12 +218,7 @@ class _Connection:
                     return
 
     async def _send_error(self, error: HttpError) -> None:
-        if error.status == 413:
-            limit = self.front.settings.max_request_size
-            answer = self.front.error_body(errors.request_too_large(limit), error.path)
-        else:
-            answer = protocol_error_answer(error.status, error.message)
-        await self.front.write_answer(self, "GET", "1.1", answer, keep_alive=False)
+        await self.front.refuse(self, error)
 
 
 @dataclass
@@ -224,40 +240,55 @@ class Front:
         address: Address,
         *,
         shutdown_trigger: Callable[[], Awaitable[None]],
+        accept: Acceptor | None = None,
         task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         if address.is_tls:
             raise ValueError(f"{address.url()}: TLS listeners are not supported yet")
-        listeners, bound = await _open_listeners(address, self.settings.backlog)
+        listeners, bound = await open_listeners(address, self.settings.backlog)
         try:
             async with trio.open_nursery() as outer:
                 lifespan = Lifespan(self.app)
                 await outer.start(lifespan.run)
-                timer = trio.CancelScope()
-                outer.start_soon(self._expire, timer)
-                async with trio.open_nursery() as connections:
-                    async with trio.open_nursery() as acceptors:
-                        for listener in listeners:
-                            acceptors.start_soon(self._accept, listener, connections)
-                        task_status.started(bound)
-                        await shutdown_trigger()
-                        acceptors.cancel_scope.cancel()
-                    for listener in listeners:
-                        await listener.aclose()
-                    self.draining = True
-                    for connection in list(self._connections):
-                        connection.wake()  # idle ones close now
-                    connections.cancel_scope.deadline = (
-                        trio.current_time() + self.settings.graceful_timeout
-                    )
-                timer.cancel()
+                acceptor = accept or Front.accept_until
+                started = partial(task_status.started, bound)
+                await acceptor(self, listeners, shutdown_trigger, started)
                 await lifespan.shutdown()
         finally:
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
             if address.is_unix and address.path:
-                _remove_socket_file(address.path)
+                remove_socket_file(address.path)
+
+    async def accept_until(
+        self,
+        listeners: list[trio.SocketListener],
+        shutdown_trigger: Callable[[], Awaitable[None]],
+        started: Callable[[], None],
+    ) -> None:
+        """Accept and serve connections until ``shutdown_trigger`` returns; then close the
+        listeners, let requests in flight finish for up to ``graceful_timeout`` seconds and
+        close idle connections at once."""
+        async with trio.open_nursery() as outer:
+            timer = trio.CancelScope()
+            outer.start_soon(self._expire, timer)
+            async with trio.open_nursery() as connections:
+                async with trio.open_nursery() as acceptors:
+                    for listener in listeners:
+                        acceptors.start_soon(self._accept, listener, connections)
+                    started()
+                    await shutdown_trigger()
+                    acceptors.cancel_scope.cancel()
+                for listener in listeners:
+                    await listener.aclose()
+                self.draining = True
+                for connection in list(self._connections):
+                    connection.wake()  # idle ones close now
+                connections.cancel_scope.deadline = (
+                    trio.current_time() + self.settings.graceful_timeout
+                )
+            timer.cancel()
 
     async def _expire(self, scope: trio.CancelScope) -> None:
         """Wake each connection whose wait for a request has outlived its deadline (idle
@@ -295,7 +326,7 @@ class Front:
 
     # -- requests -------------------------------------------------------------------------
 
-    async def dispatch(self, connection: _Connection, request: Request, keep_alive: bool) -> bool:
+    async def dispatch(self, connection: Connection, request: Request, keep_alive: bool) -> bool:
         """Answer one request; True if the connection may carry another."""
         answer: Answer | None = None
         if self.fast_path is not None:
@@ -310,9 +341,19 @@ class Front:
             connection, request.method, request.http_version, answer, keep_alive=keep_alive
         )
 
+    async def refuse(self, connection: Connection, error: HttpError) -> None:
+        """Answer a request that could not be read; the connection closes after it."""
+        if error.status == 413:
+            answer = self.error_body(
+                errors.request_too_large(self.settings.max_request_size), error.path
+            )
+        else:
+            answer = protocol_error_answer(error.status, error.message)
+        await self.write_answer(connection, "GET", "1.1", answer, keep_alive=False)
+
     async def write_answer(
         self,
-        connection: _Connection,
+        connection: Connection,
         method: str,
         http_version: str,
         answer: Answer,
@@ -356,37 +397,3 @@ async def _close_body(body: bytes | AsyncIterator[bytes]) -> None:
     if aclose is not None:
         with trio.CancelScope(shield=True):
             await aclose()
-
-
-# -- listeners ---------------------------------------------------------------------------------
-
-
-async def _open_listeners(
-    address: Address, backlog: int
-) -> tuple[list[trio.SocketListener], list[str]]:
-    if address.is_unix:
-        assert address.path is not None
-        _remove_socket_file(address.path)
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            await sock.bind(address.path)
-            sock.listen(backlog)
-        except BaseException:
-            sock.close()
-            raise
-        return [trio.SocketListener(sock)], [f"unix:{address.path}"]
-    listeners = await trio.open_tcp_listeners(address.port, host=address.host, backlog=backlog)
-    bound = []
-    for listener in listeners:
-        host, port = listener.socket.getsockname()[:2]
-        bound.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
-    return listeners, bound
-
-
-def _remove_socket_file(path: str) -> None:
-    """A stale socket file from an earlier run (never any other kind of file)."""
-    try:
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -9,6 +9,7 @@ stream:<n>        sends n intermediate responses 0.2 s apart, then "end"
 headers           answers the request headers it saw, as JSON
 params            answers {name: value} of its inputs, as JSON
 pid               answers the worker's pid
+pid:<s>           sleeps, then answers the worker's pid
 wrongcount        answers twice: the batch has one answer too many
 anything else     echoed back
 """
@@ -80,6 +81,9 @@ def handle(data, context):
         elif command == "params":
             out.append({k: _text(v) for k, v in row.items()})
         elif command == "pid":
+            out.append(str(os.getpid()))
+        elif command.startswith("pid:"):
+            time.sleep(float(command.split(":", 1)[1]))
             out.append(str(os.getpid()))
         elif command == "wrongcount":
             out.extend(["one", "too many"])
