@@ -84,15 +84,6 @@ class ServerInfo:
 SYSTEM_METRICS_INTERVAL = 60.0
 
 
-def ingress_processes(config: ServerConfig) -> int:
-    """How many ingress processes serve the inference port (``auto``: one per CPU, when
-    there is more than one)."""
-    if config.ingress_processes is not None:
-        return config.ingress_processes
-    cpus = os.cpu_count() or 1
-    return cpus if cpus > 1 else 0
-
-
 def startup_workers(config: ServerConfig) -> int:
     return config.default_workers_per_model or (os.cpu_count() or 1)
 
@@ -231,7 +222,7 @@ def http_service(
         error_body=error_for_path,
         on_response=metrics.http_status,
     )
-    count = ingress_processes(config)
+    count = config.ingress_processes
     if count == 0 or address.is_tls:
         return partial(front.serve, address, shutdown_trigger=shutdown.wait)
     ingress = Ingress(count, log_level=logging.getLevelName(log.getEffectiveLevel()))

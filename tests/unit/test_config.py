@@ -916,3 +916,11 @@ def test_hostname_rejects_odd_characters() -> None:
     with pytest.raises(ConfigError):
         parse_address("http://a;rm -rf:80")
     assert parse_address("http://a.b-c_d:1").host == "a.b-c_d"
+
+
+def test_ingress_processes_is_off_unless_set(tmp_path: Path) -> None:
+    assert ServerConfig().ingress_processes == 0
+    assert load_text(tmp_path, "ingress_processes=3\n").ingress_processes == 3
+    for bad in ("-1", "two", "257"):
+        with pytest.raises(ConfigError, match="ingress_processes"):
+            load_text(tmp_path, f"ingress_processes={bad}\n")

@@ -303,11 +303,7 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         max_unpacked_archive_bytes=v.integer("max_unpacked_archive_bytes", 4 << 30, minimum=1),
         oip_grpc_stream_shape=v.oip_grpc_stream_shape(),
         max_workers_per_model=v.integer("max_workers_per_model", 0, minimum=0),
-        ingress_processes=(
-            None
-            if (v.str_or_none("ingress_processes") or "auto").lower() == "auto"
-            else v.integer("ingress_processes", 0, minimum=0, maximum=256)
-        ),
+        ingress_processes=v.integer("ingress_processes", 0, minimum=0, maximum=256),
         config_file=config_file,
         unknown_keys=tuple(unknown),
     )

@@ -25,10 +25,9 @@ trioserve-only keys:
 ``max_workers_per_model`` (0 = four per CPU)
     The most workers one model version may be scaled to; a register or scale call asking
     for more is refused with 400 instead of starting that many processes.
-``ingress_processes`` (``auto``)
-    How many ingress processes terminate the inference port's HTTP connections (see
-    ``docs/design.md``); 0 = the server process does it itself; ``auto`` = one per CPU on a
-    machine with more than one, else 0.
+``ingress_processes`` (0)
+    How many ingress processes terminate the inference port's HTTP connections; 0 = the
+    server process does it itself. Measured slower on two cores (``docs/performance.md``).
 ``oip_grpc_stream_shape`` (``mlserver``)
     The messages the gRPC ``inference.GRPCInferenceService/ModelStreamInfer`` answers with:
     ``mlserver`` (``ModelInferResponse``, what MLServer's stubs decode; an error ends the
@@ -123,7 +122,7 @@ class ServerConfig:
     # trioserve-only
     shutdown_grace_seconds: float = 30.0
     max_workers_per_model: int = 0
-    ingress_processes: int | None = None  # None: auto (one per CPU when there are several)
+    ingress_processes: int = 0
     worker_stop_grace_seconds: float = 5.0
     key_file: Path | None = None
     max_unpacked_archive_bytes: int = 4 << 30

@@ -65,7 +65,7 @@ class _Remote:
     async def send(self, data: bytes) -> None:
         if self.gone.is_set():
             raise trio.BrokenResourceError("the client went away")
-        self._link.post((DATA, self.number, data))
+        self._link.post((DATA, self.number, data), more=True)  # END or more DATA follows
         self._sent += len(data)
         while self._sent - self._acked > WINDOW and not self.gone.is_set():
             self._room = trio.Event()
