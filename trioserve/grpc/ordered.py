@@ -51,15 +51,23 @@ async def answer_in_order(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_requests)
-            async with pending_recv:
-                async for pending in pending_recv:
-                    try:
-                        await answer(pending)
-                    finally:
-                        call = call_of(pending)
-                        if call is not None:
-                            call.cancel()
-                            live.discard(call)
+            try:
+                async with pending_recv:
+                    async for pending in pending_recv:
+                        try:
+                            await answer(pending)
+                        finally:
+                            call = call_of(pending)
+                            if call is not None:
+                                call.cancel()
+                                live.discard(call)
+            except BaseException:
+                # The stream ends (client gone, deadline, error): its queued requests go now,
+                # not once the reading task has stopped. That takes a crossing to the gRPC
+                # loop's thread, long enough for a worker to start a request queued behind.
+                for call in list(live):
+                    call.cancel()
+                raise
     except BaseExceptionGroup as group:
         raise single_error(group) from None
     finally:
