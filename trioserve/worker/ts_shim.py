@@ -28,6 +28,11 @@ from trioserve.worker.alias_loader import AliasLoader
 ALIASES: Final[dict[str, str]] = {
     "ts.context": "trioserve.worker.context",
     "ts.torch_handler.base_handler": "trioserve.worker.base_handler",
+    "ts.torch_handler.vision_handler": "trioserve.worker.builtin.vision_handler",
+    "ts.torch_handler.image_classifier": "trioserve.worker.builtin.image_classifier",
+    "ts.torch_handler.image_segmenter": "trioserve.worker.builtin.image_segmenter",
+    "ts.torch_handler.object_detector": "trioserve.worker.builtin.object_detector",
+    "ts.handler_utils.timer": "trioserve.worker.timer",
     "ts.handler_utils.utils": "trioserve.worker.streaming",
     "ts.protocol.otf_message_handler": "trioserve.worker.streaming",
     "ts.utils.util": "trioserve.worker.util",
