@@ -72,7 +72,7 @@ def server(make_server) -> Server:  # type: ignore[no-untyped-def]
             "ingress_processes": "2",
             "default_workers_per_model": "2",
             "enable_model_api": "true",
-        }
+        },
     )
     server.start()
     assert len(server.ingress_pids()) == 2
