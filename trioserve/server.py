@@ -124,6 +124,8 @@ def manager_settings(
         sequence_id_header=config.ts_header_key_sequence_id,
         sequence_end_header=config.ts_header_key_sequence_end,
         install_py_deps=config.install_py_dep_per_model,
+        default_handler=config.default_service_handler,
+        default_envelope=config.service_envelope,
     )
 
 

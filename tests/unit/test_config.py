@@ -689,11 +689,8 @@ UNUSED_TORCHSERVE_KEYS = (
     "number_of_gpu=0",
     "initial_worker_port=9000",
     "initial_distribution_port=29500",
-    "keystore=src/test/resources/keystore.p12",
     "keystore_pass=changeit",
     "keystore_type=PKCS12",
-    "certificate_file=cert.pem",
-    "private_key_file=key.pem",
     "vmargs=-Xmx128m -XX:-UseLargePages",
     "plugins_path=/plugins",
     "async_logging=true",
@@ -924,3 +921,27 @@ def test_ingress_processes_is_off_unless_set(tmp_path: Path) -> None:
     for bad in ("-1", "two", "257"):
         with pytest.raises(ConfigError, match="ingress_processes"):
             load_text(tmp_path, f"ingress_processes={bad}\n")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "certificate_file=cert.pem",
+        "private_key_file=key.pem",
+        "keystore=src/test/resources/keystore.p12",
+        "enable_grpc_ssl=true",
+    ],
+)
+def test_a_tls_setting_is_refused_rather_than_served_in_plaintext(
+    tmp_path: Path, line: str
+) -> None:
+    key = line.split("=", 1)[0]
+    with pytest.raises(ConfigError, match=rf"config key {key} asks for TLS"):
+        load_text(tmp_path, line + "\n")
+
+
+@pytest.mark.parametrize("envelope", ["body", "json", "kserve", "kservev2"])
+def test_service_envelope_names_a_known_envelope(tmp_path: Path, envelope: str) -> None:
+    assert load_text(tmp_path, f"service_envelope={envelope}\n").service_envelope == envelope
+    with pytest.raises(ConfigError, match="service_envelope"):
+        load_text(tmp_path, "service_envelope=kserve3\n")

@@ -160,8 +160,8 @@ def test_missing_dependency_of_handler_is_reported_as_such(tmp_path: Path) -> No
 
 @pytest.mark.usefixtures("isolated")
 def test_unsupported_envelope_fails_before_import(tmp_path: Path) -> None:
-    with pytest.raises(LoadError, match="envelope 'kserve' is not supported"):
-        load_handler(fixture("fx_custom_fn.py"), str(tmp_path), make_context(tmp_path), "kserve")
+    with pytest.raises(LoadError, match="envelope 'kserve3' is not supported"):
+        load_handler(fixture("fx_custom_fn.py"), str(tmp_path), make_context(tmp_path), "kserve3")
     assert "fx_custom_fn" not in sys.modules
 
 

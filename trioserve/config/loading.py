@@ -111,13 +111,12 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
 TORCHSERVE_UNUSED_KEYS: Final = frozenset(
     {
         "async_logging",
-        "certificate_file",
         "cpp_log_config",
         "cpu_launcher_args",
         "cpu_launcher_enable",
         "debug",
         "disable_system_metrics",
-        "enable_grpc_ssl",
+        "enable_grpc_ssl",  # when false: when true, refused (TLS_KEYS)
         "grpc_inference_max_connection_age_grace_ms",
         "grpc_inference_max_connection_age_ms",
         "grpc_management_max_connection_age_grace_ms",
@@ -127,7 +126,6 @@ TORCHSERVE_UNUSED_KEYS: Final = frozenset(
         "io_ratio",
         "ipex_enable",
         "ipex_gpu_enable",
-        "keystore",
         "keystore_pass",
         "keystore_type",
         "metric_time_interval",
@@ -140,7 +138,6 @@ TORCHSERVE_UNUSED_KEYS: Final = frozenset(
         "number_of_netty_threads",
         "plugins_path",
         "prefer_direct_buffer",
-        "private_key_file",
         "snapshot_store",
         "system_metrics_cmd",
         "use_native_io",
@@ -148,6 +145,10 @@ TORCHSERVE_UNUSED_KEYS: Final = frozenset(
         "workflow_store",
     }
 )
+
+#: TorchServe's TLS settings. trioserve has no TLS yet: a server asked for it refuses to start
+#: rather than serve plaintext (``enable_grpc_ssl`` only when true).
+TLS_KEYS: Final = frozenset({"certificate_file", "private_key_file", "keystore", "enable_grpc_ssl"})
 
 _ENV_REF = re.compile(r"\$\$([^$]+)\$\$")
 
@@ -208,6 +209,16 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
     raw: dict[str, RawValue] = {}
     unknown: list[str] = []
     for key, value in file_values.items():
+        if (
+            key in TLS_KEYS
+            and value.strip()
+            and (key != "enable_grpc_ssl" or value.strip().lower() == "true")
+        ):
+            raise ConfigError(
+                f"config key {key} asks for TLS, which trioserve does not support yet; it "
+                "refuses to start rather than serve plaintext. Remove the key, or put a TLS "
+                "proxy in front of trioserve."
+            )
         if key in _ENV_NAMES:
             raw[key] = _substitute(key, RawValue(value, f"in {config_file}"), env)
             continue
@@ -279,7 +290,7 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         limit_max_image_pixels=v.boolean("limit_max_image_pixels", True),
         blacklist_env_vars=v.regex("blacklist_env_vars"),
         default_service_handler=v.str_or_none("default_service_handler"),
-        service_envelope=v.str_or_none("service_envelope"),
+        service_envelope=v.service_envelope(),
         cors_allowed_origin=v.str_or_none("cors_allowed_origin"),
         cors_allowed_methods=v.str_or_none("cors_allowed_methods"),
         cors_allowed_headers=v.str_or_none("cors_allowed_headers"),

@@ -44,10 +44,18 @@ from typing import Any, Final
 
 from trioserve.config.addresses import LOOPBACK, Address
 
-__all__ = ["METRICS_MODES", "OIP_GRPC_STREAM_SHAPES", "CliOptions", "ServerConfig", "no_models"]
+__all__ = [
+    "METRICS_MODES",
+    "OIP_GRPC_STREAM_SHAPES",
+    "SERVICE_ENVELOPES",
+    "CliOptions",
+    "ServerConfig",
+    "no_models",
+]
 
 METRICS_MODES: Final = ("log", "prometheus", "legacy")
 OIP_GRPC_STREAM_SHAPES: Final = ("mlserver", "triton")
+SERVICE_ENVELOPES: Final = ("body", "json", "kserve", "kservev2")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,12 @@ from typing import Any
 
 from trioserve.config.addresses import LOOPBACK, Address, check_host, parse_address
 from trioserve.config.errors import bad_value
-from trioserve.config.settings import METRICS_MODES, OIP_GRPC_STREAM_SHAPES, no_models
+from trioserve.config.settings import (
+    METRICS_MODES,
+    OIP_GRPC_STREAM_SHAPES,
+    SERVICE_ENVELOPES,
+    no_models,
+)
 
 __all__ = ["RawValue", "Values"]
 
@@ -181,6 +186,19 @@ class Values:
                 "is not a metrics mode: expected log, prometheus or legacy",
                 item.origin,
             )
+        return value
+
+    def service_envelope(self) -> str | None:
+        key = "service_envelope"
+        item = self.raw.get(key)
+        value = self.str_or_none(key)
+        if item is None or value is None:
+            return None
+        if value not in SERVICE_ENVELOPES:
+            raise bad_value(
+                key, item.value, f"is not an envelope: expected {', '.join(SERVICE_ENVELOPES)}",
+                item.origin,
+            )  # fmt: skip
         return value
 
     def oip_grpc_stream_shape(self) -> str:

@@ -58,6 +58,10 @@ class ManagerSettings:
     sequence_end_header: str = "ts_request_sequence_end"
     # install_py_dep_per_model: pip-install each archive's requirements file for its workers.
     install_py_deps: bool = False
+    # default_service_handler: the handler of an archive whose manifest names none.
+    default_handler: str | None = None
+    # service_envelope: the request envelope of a model whose manifest names none.
+    default_envelope: str | None = None
 
 
 @dataclass(slots=True)
@@ -161,10 +165,11 @@ class ModelManager:
         manifest = loaded.manifest
         name = options.model_name or manifest.model_name or _stem(loaded.source)
         version = manifest.model_version or "1.0"
-        handler = options.handler or manifest.handler
+        handler = options.handler or manifest.handler or self.settings.default_handler
         if not handler:
             raise errors.bad_request(
-                f"Model {name} has no handler: give one in the manifest or the register call."
+                f"Model {name} has no handler: give one in the manifest or the register call "
+                "(or set default_service_handler)."
             )
         runtime = options.runtime or manifest.runtime or "python"
         if runtime not in RUNTIMES:
@@ -233,7 +238,7 @@ class ModelManager:
             model_dir=str(loaded.model_dir),
             handler=settings.handler,
             batch_size=settings.batch_size,
-            envelope=loaded.manifest.envelope,
+            envelope=loaded.manifest.envelope or self.settings.default_envelope,
             manifest=loaded.manifest.raw or None,
             model_yaml_config=dict(loaded.config.raw),
             model_settings=_model_settings(settings, loaded),

@@ -99,14 +99,7 @@ def expand(items: Sequence[WorkItem], decode: bool = True) -> Expanded:
                 continue
             tensor = param_tensor(param)
             out.items.append(WorkItem(item.request_id, headers, []))
-            out.data.append(
-                {
-                    "name": tensor.name,
-                    "shape": list(tensor.shape),
-                    "datatype": tensor.datatype,
-                    "data": _nest(_elements(tensor), tensor.shape),
-                }
-            )
+            out.data.append(input_row(tensor))
             out.owners.append(owner)
             out.inputs.append(tensor.name)
     return out
@@ -278,7 +271,17 @@ def _datatype_of(flat: list[Any]) -> str | None:
     return None
 
 
-def _elements(tensor: Tensor) -> list[Any]:
+def input_row(tensor: Tensor) -> dict[str, Any]:
+    """An input tensor as the handler sees it (TorchServe's ``kservev2`` envelope's row)."""
+    return {
+        "name": tensor.name,
+        "shape": list(tensor.shape),
+        "datatype": tensor.datatype,
+        "data": nest(handler_elements(tensor), tensor.shape),
+    }
+
+
+def handler_elements(tensor: Tensor) -> list[Any]:
     """The tensor's elements as a handler gets them: BYTES elements as ``str`` when they are
     UTF-8 (as TorchServe's envelope gives JSON strings), else ``bytes``."""
     values = tensor.to_list()
@@ -293,11 +296,11 @@ def _elements(tensor: Tensor) -> list[Any]:
     return decoded
 
 
-def _nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
+def nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
     """``flat`` nested in ``shape`` (row-major); a scalar shape ``()`` gives the element."""
     if not shape:
         return flat[0] if flat else None
     if len(shape) == 1:
         return flat
     step = len(flat) // shape[0] if shape[0] else 0
-    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+    return [nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
