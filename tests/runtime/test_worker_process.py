@@ -177,9 +177,9 @@ def test_load_out_of_memory_is_507(spawn: Any) -> None:
 
 def test_load_with_unsupported_envelope(spawn: Any) -> None:
     worker = spawn()
-    result = worker.load(fixture("fx_echo.py"), envelope="kservev2")
+    result = worker.load(fixture("fx_echo.py"), envelope="kservev3")
     assert result["code"] == 500
-    assert "envelope 'kservev2' is not supported" in result["message"]
+    assert "envelope 'kservev3' is not supported" in result["message"]
     assert worker.wait() == 1
 
 
