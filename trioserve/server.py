@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from trioserve.archive import ArchiveError
 from trioserve.archive.download import download
 from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
+from trioserve.core.gpus import GpuPlan, visible_gpu_count
 from trioserve.core.model_settings import ServerDefaults
 from trioserve.grpc.bridge import GrpcListener, serve_grpc
 from trioserve.grpc.calls import Service
@@ -82,6 +84,33 @@ class ServerInfo:
 
 # How often CPU, memory and disk gauges are sampled (TorchServe: metric_time_interval, 60 s).
 SYSTEM_METRICS_INTERVAL = 60.0
+
+
+def nvidia_smi_gpus() -> int | None:
+    """How many GPUs ``nvidia-smi`` lists (None: no such tool, or it failed)."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return None
+    try:
+        out = subprocess.run(
+            [tool, "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("nvidia-smi failed (%s): workers run on the CPU", exc)
+        return None
+    return sum(1 for line in out.stdout.splitlines() if line.strip())
+
+
+def server_gpus(config: ServerConfig) -> int:
+    """The GPUs workers are spread over: ``number_of_gpu``, at most what is visible."""
+    visible = visible_gpu_count(os.environ, nvidia_smi_gpus)
+    gpus = visible if config.number_of_gpu is None else min(config.number_of_gpu, visible)
+    if config.number_of_gpu is not None and config.number_of_gpu > visible:
+        log.warning("number_of_gpu is %d but %d GPUs are visible", config.number_of_gpu, visible)
+    if gpus:
+        log.info("workers are placed round-robin on %d GPU(s)", gpus)
+    return gpus
 
 
 def startup_workers(config: ServerConfig) -> int:
@@ -126,6 +155,7 @@ def manager_settings(
         install_py_deps=config.install_py_dep_per_model,
         default_handler=config.default_service_handler,
         default_envelope=config.service_envelope,
+        gpu_plan=GpuPlan(server_gpus(config)),
     )
 
 

@@ -686,7 +686,6 @@ def test_unknown_and_unused_keys_are_warned_once_and_listed(
 UNUSED_TORCHSERVE_KEYS = (
     "number_of_netty_threads=0",
     "netty_client_threads=0",
-    "number_of_gpu=0",
     "initial_worker_port=9000",
     "initial_distribution_port=29500",
     "keystore_pass=changeit",
@@ -945,3 +944,10 @@ def test_service_envelope_names_a_known_envelope(tmp_path: Path, envelope: str) 
     assert load_text(tmp_path, f"service_envelope={envelope}\n").service_envelope == envelope
     with pytest.raises(ConfigError, match="service_envelope"):
         load_text(tmp_path, "service_envelope=kserve3\n")
+
+
+def test_number_of_gpu_is_every_visible_gpu_unless_set(tmp_path: Path) -> None:
+    assert ServerConfig().number_of_gpu is None
+    assert load_text(tmp_path, "number_of_gpu=0\n").number_of_gpu == 0
+    with pytest.raises(ConfigError, match="number_of_gpu"):
+        load_text(tmp_path, "number_of_gpu=-2\n")

@@ -104,6 +104,7 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "max_unpacked_archive_bytes": ("TS_MAX_UNPACKED_ARCHIVE_BYTES",),
     "max_workers_per_model": ("TS_MAX_WORKERS_PER_MODEL",),
     "ingress_processes": ("TS_INGRESS_PROCESSES",),
+    "number_of_gpu": ("TS_NUMBER_OF_GPU",),
     "oip_grpc_stream_shape": ("TS_OIP_GRPC_STREAM_SHAPE",),
 }
 
@@ -134,7 +135,6 @@ TORCHSERVE_UNUSED_KEYS: Final = frozenset(
         "model_server_home",
         "model_snapshot",
         "netty_client_threads",
-        "number_of_gpu",
         "number_of_netty_threads",
         "plugins_path",
         "prefer_direct_buffer",
@@ -315,6 +315,11 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         oip_grpc_stream_shape=v.oip_grpc_stream_shape(),
         max_workers_per_model=v.integer("max_workers_per_model", 0, minimum=0),
         ingress_processes=v.integer("ingress_processes", 0, minimum=0, maximum=256),
+        number_of_gpu=(
+            None
+            if v.str_or_none("number_of_gpu") is None
+            else v.integer("number_of_gpu", 0, minimum=0)
+        ),
         config_file=config_file,
         unknown_keys=tuple(unknown),
     )

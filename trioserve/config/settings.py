@@ -131,6 +131,7 @@ class ServerConfig:
     shutdown_grace_seconds: float = 30.0
     max_workers_per_model: int = 0
     ingress_processes: int = 0
+    number_of_gpu: int | None = None  # None: every GPU the machine shows
     worker_stop_grace_seconds: float = 5.0
     key_file: Path | None = None
     max_unpacked_archive_bytes: int = 4 << 30

@@ -121,8 +121,8 @@ def describe_worker(worker: WorkerSupervisor) -> dict[str, Any]:
         "status": status,
         "memoryUsage": _memory(worker.pid if worker.serving else None),
         "pid": worker.pid if worker.pid is not None else -1,
-        "gpu": False,
-        "gpuUsage": "N/A",
+        "gpu": worker.gpu_id is not None,
+        "gpuUsage": "N/A" if worker.gpu_id is None else f"gpuId::{worker.gpu_id}",
     }
     if worker.last_error is not None and not worker.serving:
         entry["lastError"] = worker.last_error
@@ -146,7 +146,7 @@ def describe_model(model: ModelVersion) -> dict[str, Any]:
         "clientTimeoutInMills": 0,
         "parallelType": "",
         "parallelLevel": 0,
-        "deviceType": "cpu",
+        "deviceType": model.device_type,
         "continuousBatching": s.continuous_batching,
         "useJobTicket": False,
         "useVenv": False,

@@ -8,7 +8,7 @@ import logging
 import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import trio
 
 from trioserve import archive
 from trioserve.core import errors
+from trioserve.core.gpus import GpuError, GpuPlan
 from trioserve.core.messages import LoadSpec
 from trioserve.core.model_settings import (
     ModelSettings,
@@ -62,6 +63,8 @@ class ManagerSettings:
     default_handler: str | None = None
     # service_envelope: the request envelope of a model whose manifest names none.
     default_envelope: str | None = None
+    # Which GPU each new worker gets (number_of_gpu, deviceType, deviceIds).
+    gpu_plan: GpuPlan = field(default_factory=lambda: GpuPlan(0))
 
 
 @dataclass(slots=True)
@@ -243,6 +246,13 @@ class ModelManager:
             model_yaml_config=dict(loaded.config.raw),
             model_settings=_model_settings(settings, loaded),
         )
+        plan = self.settings.gpu_plan
+        config = loaded.config
+        try:
+            next_gpu = plan.chooser(settings.name, config.device_type, config.device_ids)
+        except GpuError as exc:
+            raise errors.bad_request(str(exc)) from None
+        device_type = config.device_type or ("gpu" if plan.gpus else "cpu")
         max_frame = self.settings.max_response_size * settings.batch_size + (1 << 20)
         try:
             tensors = parse_tensor_inputs(loaded.config.raw.get("tensorInputs"))
@@ -280,6 +290,8 @@ class ModelManager:
             sequence_id_header=self.settings.sequence_id_header,
             sequence_end_header=self.settings.sequence_end_header,
             mlserver=loaded.mlserver,
+            next_gpu=next_gpu,
+            device_type=device_type,
         )
 
     def open_sequences(self) -> list[tuple[tuple[str, str], float]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -32,6 +32,9 @@ class PoolSettings:
     mlserver: MlserverSettings | None = None  # an MLServer model's settings
     sequence_id_header: str = "ts_request_sequence_id"
     sequence_end_header: str = "ts_request_sequence_end"
+    # The gpu_id of each new worker (None: CPU), and the model's device type for describe.
+    next_gpu: Callable[[], int | None] = lambda: None
+    device_type: str = "cpu"
 
 
 class ModelVersion:
@@ -55,6 +58,7 @@ class ModelVersion:
             )
         self.workers: list[WorkerSupervisor] = []
         self._pool = pool
+        self.device_type = pool.device_type  # "gpu" or "cpu", as describe shows it
         self._launcher = launcher
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -120,7 +124,11 @@ class ModelVersion:
         assert self._nursery is not None, "ModelVersion.run() is not running"
         worker_id = self._pool.next_worker_id()
         name = f"W-{worker_id}-{self.name}_{self.version}"
-        worker = WorkerSupervisor(worker_id, name, self._pool.worker, self.queue, self._launcher)
+        settings = self._pool.worker
+        gpu = self._pool.next_gpu()
+        if gpu is not None:
+            settings = replace(settings, load=replace(settings.load, gpu_id=gpu))
+        worker = WorkerSupervisor(worker_id, name, settings, self.queue, self._launcher)
         self.workers.append(worker)
         await self._nursery.start(self._run_worker, worker)
 

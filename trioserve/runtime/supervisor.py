@@ -157,6 +157,11 @@ class WorkerSupervisor:
         return self._stop_requested
 
     @property
+    def gpu_id(self) -> int | None:
+        """The GPU this worker's processes use (None: CPU)."""
+        return self.settings.load.gpu_id
+
+    @property
     def serving(self) -> bool:
         return self.state in (WorkerState.READY, WorkerState.BUSY)
 

@@ -10,6 +10,7 @@ headers           answers the request headers it saw, as JSON
 params            answers {name: value} of its inputs, as JSON
 pid               answers the worker's pid
 pid:<s>           sleeps, then answers the worker's pid
+gpu               answers context.system_properties["gpu_id"]
 wrongcount        answers twice: the batch has one answer too many
 anything else     echoed back
 """
@@ -82,6 +83,8 @@ def handle(data, context):
             out.append({k: _text(v) for k, v in row.items()})
         elif command == "pid":
             out.append(str(os.getpid()))
+        elif command == "gpu":
+            out.append(str(context.system_properties.get("gpu_id")))
         elif command.startswith("pid:"):
             time.sleep(float(command.split(":", 1)[1]))
             out.append(str(os.getpid()))
