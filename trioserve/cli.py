@@ -41,6 +41,11 @@ def _start_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--disable-token-auth", "--dt", action="store_true")
     parser.add_argument("--enable-model-api", action="store_true")
+    parser.add_argument(
+        "--strict-config",
+        action="store_true",
+        help="refuse to start when the config file sets a key trioserve does not use",
+    )
     parser.add_argument("--log-level", default=os.environ.get("TRIOSERVE_LOG_LEVEL", "INFO"))
 
 
@@ -73,6 +78,7 @@ def _cli_options(args: argparse.Namespace) -> CliOptions:
         disable_token_auth=args.disable_token_auth,
         enable_model_api=args.enable_model_api,
         foreground=args.foreground,
+        strict_config=args.strict_config,
     )
 
 

@@ -951,3 +951,12 @@ def test_number_of_gpu_is_every_visible_gpu_unless_set(tmp_path: Path) -> None:
     assert load_text(tmp_path, "number_of_gpu=0\n").number_of_gpu == 0
     with pytest.raises(ConfigError, match="number_of_gpu"):
         load_text(tmp_path, "number_of_gpu=-2\n")
+
+
+def test_strict_config_refuses_keys_the_server_does_not_use(tmp_path: Path) -> None:
+    text = "job_queue_size=5\nnumber_of_netty_threads=4\nmade_up_key=1\n"
+    assert load_text(tmp_path, text).unknown_keys == ("number_of_netty_threads", "made_up_key")
+    strict = CliOptions(strict_config=True)
+    with pytest.raises(ConfigError, match="number_of_netty_threads, made_up_key"):
+        load_text(tmp_path, text, cli=strict)
+    assert load_text(tmp_path, "job_queue_size=5\n", cli=strict).job_queue_size == 5

@@ -260,7 +260,7 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         )
 
     v = Values(raw)
-    return ServerConfig(
+    config = ServerConfig(
         inference_address=v.address("inference_address", ServerConfig.inference_address, 80, 443),
         management_address=v.address(
             "management_address", ServerConfig.management_address, 8081, 8444
@@ -323,3 +323,9 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         config_file=config_file,
         unknown_keys=tuple(unknown),
     )
+    if cli.strict_config and unknown:
+        raise ConfigError(
+            f"--strict-config: {config_file} sets keys that trioserve does not use: "
+            f"{', '.join(unknown)} (see docs/usage.md for the keys it reads)"
+        )
+    return config

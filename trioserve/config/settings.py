@@ -69,6 +69,7 @@ class CliOptions:
     disable_token_auth: bool = False
     enable_model_api: bool = False
     foreground: bool = False
+    strict_config: bool = False  # a key the server does not use is an error, not a warning
 
 
 _INFERENCE_ADDRESS: Final = Address("http", LOOPBACK, 8080)
