@@ -295,3 +295,13 @@ def test_tokens_guard_each_port(make_server) -> None:  # type: ignore[no-untyped
 def test_token_endpoint_is_404_when_auth_is_disabled(mgmt: Server) -> None:
     r = httpx.get(f"{mgmt.management_url}/token", params={"type": "inference"}, timeout=30)
     assert r.status_code == 404
+
+
+def test_models_setting_picks_the_default_version(make_server) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    models = {"multi": {"2.0": {"defaultVersion": True}}}
+    server = make_server("multi-1.mar,multi-2.mar", properties={"models": json.dumps(models)})
+    server.start()
+    with httpx.Client(base_url=server.management_url, timeout=30) as c:
+        assert c.get("/models/multi").json()[0]["modelVersion"] == "2.0"

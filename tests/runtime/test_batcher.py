@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from trioserve.core.errors import ErrorKind, ServeError
@@ -71,3 +72,20 @@ async def test_an_offer_behind_leaves_a_partial_batch_queued_and_the_offer_stand
         # The standing offer took the batch once it was full, window or not.
         assert worker.batches == [[first, second]]
         nursery.cancel_scope.cancel()
+
+
+async def test_a_request_queued_longer_than_the_queue_timeout_fails_unrun() -> None:
+    # clientTimeoutInMills: TorchServe drops such requests silently; here the client is told.
+    batcher = Batcher(batch_size=1, max_delay=0.0, capacity=10, queue_timeout=0.2)
+    worker = await busy_worker(batcher)  # busy: nothing is dispatched
+    waiting = job("late")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(batcher.run)
+        batcher.put(waiting, full)
+        started = trio.current_time()
+        with trio.fail_after(5), pytest.raises(ServeError, match="clientTimeoutInMills") as info:
+            await waiting.next_reply()
+        assert info.value.kind is ErrorKind.TIMEOUT
+        assert trio.current_time() - started >= 0.19
+        nursery.cancel_scope.cancel()
+    assert worker.batches == [] and len(batcher) == 0

@@ -48,3 +48,18 @@ def test_models_server_setting_is_the_fallback() -> None:
     defaults = ServerDefaults(2, 100, 120, 120, {"m": {"1.0": {"batchSize": 5, "minWorkers": 1}}})
     s = run(RegisterOptions(url="m.mar"), YamlSettings(), defaults)
     assert (s.batch_size, s.min_workers) == (5, 1)
+
+
+def test_default_version_comes_from_the_servers_models_setting() -> None:
+    from trioserve.core.model_settings import ServerDefaults, is_default_version
+
+    defaults = ServerDefaults(
+        default_workers=1,
+        job_queue_size=10,
+        response_timeout=120,
+        startup_timeout=120,
+        models_setting={"m": {"2.0": {"defaultVersion": True}, "1.0": {"defaultVersion": "yes"}}},
+    )
+    assert is_default_version(defaults, "m", "2.0")
+    assert not is_default_version(defaults, "m", "1.0")  # only JSON true counts
+    assert not is_default_version(defaults, "other", "2.0")

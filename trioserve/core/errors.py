@@ -196,7 +196,8 @@ def shutting_down() -> ServeError:
 def deadline_passed() -> ServeError:
     return ServeError(
         ErrorKind.TIMEOUT,
-        "The request's deadline passed while it waited in the queue; it was not run.",
+        "The request's deadline (the client's, or the model's clientTimeoutInMills) passed "
+        "while it waited in the queue; it was not run.",
     )
 
 

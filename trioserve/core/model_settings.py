@@ -115,6 +115,11 @@ def _models_setting(defaults: ServerDefaults, name: str, version: str) -> dict[s
     return per_version if isinstance(per_version, dict) else {}
 
 
+def is_default_version(defaults: ServerDefaults, name: str, version: str) -> bool:
+    """Whether the server's ``models`` setting marks this version ``defaultVersion``."""
+    return _models_setting(defaults, name, version).get("defaultVersion") is True
+
+
 def _first(*values: int | None, default: int) -> int:
     for value in values:
         if value is not None:

@@ -57,10 +57,20 @@ class DecisionLoop(abc.ABC):
 
 
 class Batcher(DecisionLoop):
-    def __init__(self, *, batch_size: int, max_delay: float, capacity: int) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        max_delay: float,
+        capacity: int,
+        queue_timeout: float | None = None,
+    ) -> None:
+        """``queue_timeout``: the longest a request may wait in the queue, in seconds
+        (``clientTimeoutInMills``); it then fails unrun, as one whose deadline passed."""
         self._policy: BatchPolicy[Job, BatchTaker] = BatchPolicy(
             batch_size=batch_size, max_delay=max_delay, capacity=capacity
         )
+        self._queue_timeout = queue_timeout
         self._changed = trio.Event()
         self._closed: ServeError | None = None
 
@@ -80,8 +90,13 @@ class Batcher(DecisionLoop):
     def put(self, job: Job, full_error: Callable[[], ServeError]) -> None:
         if self._closed is not None:
             raise self._closed
+        now = trio.current_time()
+        deadline = job.request.deadline
+        if self._queue_timeout is not None:
+            limit = now + self._queue_timeout
+            deadline = limit if deadline is None else min(deadline, limit)
         try:
-            self._policy.submit(job, trio.current_time(), job.request.deadline)
+            self._policy.submit(job, now, deadline)
         except QueueFull:
             raise full_error() from None
         job.queued_in(self.remove)

@@ -143,7 +143,7 @@ def describe_model(model: ModelVersion) -> dict[str, Any]:
         "responseTimeout": s.response_timeout,
         "startupTimeout": s.startup_timeout,
         "maxRetryTimeoutInSec": 300,
-        "clientTimeoutInMills": 0,
+        "clientTimeoutInMills": round((model.queue_timeout or 0) * 1000),
         "parallelType": "",
         "parallelLevel": 0,
         "deviceType": model.device_type,

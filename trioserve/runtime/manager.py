@@ -24,6 +24,7 @@ from trioserve.core.model_settings import (
     ServerDefaults,
     YamlSettings,
     decide,
+    is_default_version,
 )
 from trioserve.core.registry import Registry
 from trioserve.core.request import InferenceRequest
@@ -209,6 +210,8 @@ class ModelManager:
         async with self._lock:
             scope = trio.CancelScope()
             self.registry.add(name, version, Entry(model, loaded, scope))
+            if is_default_version(self.settings.defaults, name, version):
+                self.registry.set_default(name, version)  # models={...: {"defaultVersion": true}}
         assert self._nursery is not None, "ModelManager.run() is not running"
         await self._nursery.start(_run_in_scope, model, scope)
         await model.scale(settings.min_workers, settings.max_workers)
@@ -292,6 +295,7 @@ class ModelManager:
             mlserver=loaded.mlserver,
             next_gpu=next_gpu,
             device_type=device_type,
+            queue_timeout=(config.client_timeout_in_mills or 0) / 1000 or None,
         )
 
     def open_sequences(self) -> list[tuple[tuple[str, str], float]]:

@@ -35,6 +35,8 @@ class PoolSettings:
     # The gpu_id of each new worker (None: CPU), and the model's device type for describe.
     next_gpu: Callable[[], int | None] = lambda: None
     device_type: str = "cpu"
+    # clientTimeoutInMills, in seconds: the longest a request may wait in the queue.
+    queue_timeout: float | None = None
 
 
 class ModelVersion:
@@ -48,6 +50,7 @@ class ModelVersion:
                 batch_size=settings.batch_size,
                 max_delay=settings.max_batch_delay / 1000.0,
                 capacity=settings.job_queue_size,
+                queue_timeout=pool.queue_timeout,
             )
         else:
             self.queue = SequenceBatcher(
@@ -59,6 +62,7 @@ class ModelVersion:
         self.workers: list[WorkerSupervisor] = []
         self._pool = pool
         self.device_type = pool.device_type  # "gpu" or "cpu", as describe shows it
+        self.queue_timeout = pool.queue_timeout
         self._launcher = launcher
         self._nursery: trio.Nursery | None = None
         self._closed = False
