@@ -25,10 +25,8 @@ grace, SIGKILL) in a shielded scope. A second signal skips the drain.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import signal
-import subprocess
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,12 +36,17 @@ from pathlib import Path
 import trio
 from quart_trio import QuartTrio
 
-from trioserve.archive import ArchiveError
-from trioserve.archive.download import download
+from trioserve.assembly import (
+    build_dataplane,
+    cors_settings,
+    create_tokens,
+    make_launcher,
+    management_service,
+    manager_settings,
+    startup_workers,
+)
 from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
-from trioserve.core.gpus import GpuPlan, visible_gpu_count
-from trioserve.core.model_settings import ServerDefaults
 from trioserve.grpc.bridge import GrpcListener, serve_grpc
 from trioserve.grpc.calls import Service
 from trioserve.grpc.health import HealthRpcs
@@ -52,6 +55,7 @@ from trioserve.grpc.inference import InferenceRpcs
 from trioserve.grpc.management import ManagementRpcs
 from trioserve.grpc.oip import SERVICE as OIP_SERVICE
 from trioserve.grpc.oip import oip_service
+from trioserve.http.cors import Cors, install_cors
 from trioserve.http.front import FastPath, Front, FrontSettings
 from trioserve.http.inference import create_inference_app, error_for_path, fast_path
 from trioserve.http.ingress import Ingress
@@ -60,15 +64,11 @@ from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
 from trioserve.metrics import ServerMetrics, sample_system_forever
 from trioserve.runtime.dataplane import Dataplane
-from trioserve.runtime.launcher import Launcher, SubprocessLauncher
+from trioserve.runtime.launcher import Launcher
 from trioserve.runtime.management import ManagementService
 from trioserve.runtime.manager import (
-    ManagerSettings,
     ModelManager,
-    archive_error,
-    worker_environment,
 )
-from trioserve.runtime.sequences import SequenceHeaders
 
 log = logging.getLogger("trioserve.server")
 
@@ -84,101 +84,6 @@ class ServerInfo:
 
 # How often CPU, memory and disk gauges are sampled (TorchServe: metric_time_interval, 60 s).
 SYSTEM_METRICS_INTERVAL = 60.0
-
-
-def nvidia_smi_gpus() -> int | None:
-    """How many GPUs ``nvidia-smi`` lists (None: no such tool, or it failed)."""
-    tool = shutil.which("nvidia-smi")
-    if tool is None:
-        return None
-    try:
-        out = subprocess.run(
-            [tool, "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.warning("nvidia-smi failed (%s): workers run on the CPU", exc)
-        return None
-    return sum(1 for line in out.stdout.splitlines() if line.strip())
-
-
-def server_gpus(config: ServerConfig) -> int:
-    """The GPUs workers are spread over: ``number_of_gpu``, at most what is visible."""
-    visible = visible_gpu_count(os.environ, nvidia_smi_gpus)
-    gpus = visible if config.number_of_gpu is None else min(config.number_of_gpu, visible)
-    if config.number_of_gpu is not None and config.number_of_gpu > visible:
-        log.warning("number_of_gpu is %d but %d GPUs are visible", config.number_of_gpu, visible)
-    if gpus:
-        log.info("workers are placed round-robin on %d GPU(s)", gpus)
-    return gpus
-
-
-def startup_workers(config: ServerConfig) -> int:
-    return config.default_workers_per_model or (os.cpu_count() or 1)
-
-
-def make_launcher(config: ServerConfig) -> SubprocessLauncher:
-    env = worker_environment(
-        os.environ,
-        blacklist=config.blacklist_env_vars,
-        decode_input_request=config.decode_input_request,
-        sequence_headers=(
-            config.ts_header_key_sequence_id,
-            config.ts_header_key_sequence_start,
-            config.ts_header_key_sequence_end,
-        ),
-    )
-    return SubprocessLauncher(env)
-
-
-def manager_settings(
-    config: ServerConfig, work_root: Path, metrics: ServerMetrics | None = None
-) -> ManagerSettings:
-    return ManagerSettings(
-        model_store=config.model_store,
-        work_root=work_root,
-        defaults=ServerDefaults(
-            default_workers=config.default_workers_per_model,
-            job_queue_size=config.job_queue_size,
-            response_timeout=config.default_response_timeout,
-            startup_timeout=config.default_startup_timeout,
-            models_setting=dict(config.models),
-        ),
-        stop_grace=config.worker_stop_grace_seconds,
-        max_response_size=config.max_response_size,
-        max_unpacked_bytes=config.max_unpacked_archive_bytes,
-        unregister_timeout=config.unregister_model_timeout,
-        metrics_sink=None if metrics is None else metrics.handler_metrics,
-        load_time_sink=None if metrics is None else metrics.worker_loaded,
-        sequence_id_header=config.ts_header_key_sequence_id,
-        sequence_end_header=config.ts_header_key_sequence_end,
-        install_py_deps=config.install_py_dep_per_model,
-        default_handler=config.default_service_handler,
-        default_envelope=config.service_envelope,
-        gpu_plan=GpuPlan(server_gpus(config)),
-    )
-
-
-def management_service(config: ServerConfig, manager: ModelManager) -> ManagementService:
-    """The one management service that HTTP and gRPC share."""
-    return ManagementService(
-        manager,
-        enable_model_api=config.enable_model_api,
-        download=downloader(config),
-        max_workers=config.max_workers_per_model or 4 * (os.cpu_count() or 1),
-    )
-
-
-def build_dataplane(
-    config: ServerConfig, manager: ModelManager, metrics: ServerMetrics
-) -> Dataplane:
-    """The one inference path every protocol adapter submits to."""
-    sequences = SequenceHeaders(
-        id_header=config.ts_header_key_sequence_id,
-        start_header=config.ts_header_key_sequence_start,
-        end_header=config.ts_header_key_sequence_end,
-    )
-    return Dataplane(manager, metrics, sequences=sequences)
 
 
 def build_apps(
@@ -233,6 +138,7 @@ def http_service(
     config: ServerConfig,
     metrics: ServerMetrics,
     shutdown: trio.Event,
+    cors: Cors | None = None,
 ) -> Callable[..., Awaitable[None]]:
     """The listener of one HTTP API: trioserve's own HTTP/1.1 server where a fast path
     answers the hot routes, hypercorn for the others."""
@@ -253,6 +159,7 @@ def http_service(
         ),
         error_body=error_for_path,
         on_response=metrics.http_status,
+        extra_headers=[] if cors is None else cors.answer_headers(),
     )
     count = config.ingress_processes
     if count == 0 or address.is_tls:
@@ -287,36 +194,6 @@ def grpc_listeners(
             [ManagementRpcs(management)],
         ),
     ]
-
-
-def downloader(config: ServerConfig) -> Callable[[str], Awaitable[Path]] | None:
-    """Fetches http(s) model URLs that match ``allowed_urls`` into the model store."""
-    store = config.model_store
-    if store is None:
-        return None
-
-    async def fetch(url: str) -> Path:
-        try:
-            return await download(
-                url,
-                store,
-                config.allowed_urls,
-                max_bytes=config.max_unpacked_archive_bytes,
-            )
-        except ArchiveError as exc:
-            raise archive_error(exc) from None
-
-    return fetch
-
-
-def create_tokens(config: ServerConfig) -> TokenStore | None:
-    """The key file (mode 0600), unless token authorization is disabled."""
-    if config.disable_token_authorization:
-        return None
-    path = config.key_file or Path.cwd() / "key_file.json"
-    store = TokenStore.create(path, expiration_min=config.token_expiration_min)
-    log.info("token authorization is on: keys are in %s", path)
-    return store
 
 
 async def _watch_signals(shutdown: trio.Event, force: Callable[[], None]) -> None:
@@ -371,12 +248,20 @@ async def serve(
             dataplane = build_dataplane(config, manager, metrics)
             async with trio.open_nursery() as listeners:
                 bound: dict[str, list[str]] = {}
+                cors = cors_settings(config)
                 for api, app, address, fast in build_apps(
                     config, dataplane, management, tokens, metrics
                 ):
+                    install_cors(app, cors)
                     bound[api] = await listeners.start(
                         http_service(
-                            app, address, fast, config=config, metrics=metrics, shutdown=shutdown
+                            app,
+                            address,
+                            fast,
+                            config=config,
+                            metrics=metrics,
+                            shutdown=shutdown,
+                            cors=cors,
                         )
                     )
                 bound.update(

@@ -90,6 +90,7 @@ LAYERS = {
     "trioserve.http": ("http", 2),
     "trioserve.grpc": ("grpc", 2),
     "trioserve.server": ("wiring", 3),
+    "trioserve.assembly": ("wiring", 3),
     "trioserve.cli": ("wiring", 3),
     "trioserve.__main__": ("wiring", 3),
 }

@@ -230,6 +230,7 @@ class Front:
     settings: FrontSettings
     error_body: ErrorBody
     on_response: Callable[[int], None] | None = None  # called for answers not from the app
+    extra_headers: list[tuple[str, str]] = field(default_factory=list)  # same: CORS
     draining: bool = False
     _connections: set[_Connection] = field(default_factory=set)
 
@@ -362,7 +363,7 @@ class Front:
     ) -> bool:
         keep = keep_alive and not answer.close and not self.draining
         try:
-            headers = encode_headers(answer.headers)
+            headers = encode_headers(answer.headers + self.extra_headers)
         except ValueError as exc:
             log.error("refusing a response: %s", exc)
             await _close_body(answer.body)

@@ -1,0 +1,175 @@
+"""How the configuration becomes each part of the server (wiring).
+
+:func:`trioserve.server.serve` builds the server from these: the worker launcher and its
+environment, the model manager's settings (defaults, GPU placement, envelopes), the
+management service, the dataplane, CORS, the archive downloader and the token store. Each
+reads only the :class:`~trioserve.config.ServerConfig` (and, for GPUs, the environment and
+``nvidia-smi``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from trioserve.archive import ArchiveError
+from trioserve.archive.download import download
+from trioserve.auth import TokenStore
+from trioserve.config import ServerConfig
+from trioserve.core.gpus import GpuPlan, visible_gpu_count
+from trioserve.core.model_settings import ServerDefaults
+from trioserve.http.cors import Cors
+from trioserve.metrics import ServerMetrics
+from trioserve.runtime.dataplane import Dataplane
+from trioserve.runtime.launcher import SubprocessLauncher
+from trioserve.runtime.management import ManagementService
+from trioserve.runtime.manager import (
+    ManagerSettings,
+    ModelManager,
+    archive_error,
+    worker_environment,
+)
+from trioserve.runtime.sequences import SequenceHeaders
+
+log = logging.getLogger("trioserve.server")
+
+
+def nvidia_smi_gpus() -> int | None:
+    """How many GPUs ``nvidia-smi`` lists (None: no such tool, or it failed)."""
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return None
+    try:
+        out = subprocess.run(
+            [tool, "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning("nvidia-smi failed (%s): workers run on the CPU", exc)
+        return None
+    return sum(1 for line in out.stdout.splitlines() if line.strip())
+
+
+def server_gpus(config: ServerConfig) -> int:
+    """The GPUs workers are spread over: ``number_of_gpu``, at most what is visible."""
+    visible = visible_gpu_count(os.environ, nvidia_smi_gpus)
+    gpus = visible if config.number_of_gpu is None else min(config.number_of_gpu, visible)
+    if config.number_of_gpu is not None and config.number_of_gpu > visible:
+        log.warning("number_of_gpu is %d but %d GPUs are visible", config.number_of_gpu, visible)
+    if gpus:
+        log.info("workers are placed round-robin on %d GPU(s)", gpus)
+    return gpus
+
+
+def startup_workers(config: ServerConfig) -> int:
+    return config.default_workers_per_model or (os.cpu_count() or 1)
+
+
+def make_launcher(config: ServerConfig) -> SubprocessLauncher:
+    env = worker_environment(
+        os.environ,
+        blacklist=config.blacklist_env_vars,
+        decode_input_request=config.decode_input_request,
+        sequence_headers=(
+            config.ts_header_key_sequence_id,
+            config.ts_header_key_sequence_start,
+            config.ts_header_key_sequence_end,
+        ),
+    )
+    return SubprocessLauncher(env)
+
+
+def manager_settings(
+    config: ServerConfig, work_root: Path, metrics: ServerMetrics | None = None
+) -> ManagerSettings:
+    return ManagerSettings(
+        model_store=config.model_store,
+        work_root=work_root,
+        defaults=ServerDefaults(
+            default_workers=config.default_workers_per_model,
+            job_queue_size=config.job_queue_size,
+            response_timeout=config.default_response_timeout,
+            startup_timeout=config.default_startup_timeout,
+            models_setting=dict(config.models),
+        ),
+        stop_grace=config.worker_stop_grace_seconds,
+        max_response_size=config.max_response_size,
+        max_unpacked_bytes=config.max_unpacked_archive_bytes,
+        unregister_timeout=config.unregister_model_timeout,
+        metrics_sink=None if metrics is None else metrics.handler_metrics,
+        load_time_sink=None if metrics is None else metrics.worker_loaded,
+        sequence_id_header=config.ts_header_key_sequence_id,
+        sequence_end_header=config.ts_header_key_sequence_end,
+        install_py_deps=config.install_py_dep_per_model,
+        default_handler=config.default_service_handler,
+        default_envelope=config.service_envelope,
+        gpu_plan=GpuPlan(server_gpus(config)),
+    )
+
+
+def management_service(config: ServerConfig, manager: ModelManager) -> ManagementService:
+    """The one management service that HTTP and gRPC share."""
+    return ManagementService(
+        manager,
+        enable_model_api=config.enable_model_api,
+        download=downloader(config),
+        max_workers=config.max_workers_per_model or 4 * (os.cpu_count() or 1),
+    )
+
+
+def build_dataplane(
+    config: ServerConfig, manager: ModelManager, metrics: ServerMetrics
+) -> Dataplane:
+    """The one inference path every protocol adapter submits to."""
+    sequences = SequenceHeaders(
+        id_header=config.ts_header_key_sequence_id,
+        start_header=config.ts_header_key_sequence_start,
+        end_header=config.ts_header_key_sequence_end,
+    )
+    return Dataplane(manager, metrics, sequences=sequences)
+
+
+def cors_settings(config: ServerConfig) -> Cors | None:
+    """CORS for the HTTP APIs: on when ``cors_allowed_origin`` is set."""
+    if config.cors_allowed_origin is None:
+        for key in ("cors_allowed_methods", "cors_allowed_headers"):
+            if getattr(config, key) is not None:
+                log.warning("%s has no effect without cors_allowed_origin", key)
+        return None
+    return Cors(
+        config.cors_allowed_origin, config.cors_allowed_methods, config.cors_allowed_headers
+    )
+
+
+def downloader(config: ServerConfig) -> Callable[[str], Awaitable[Path]] | None:
+    """Fetches http(s) model URLs that match ``allowed_urls`` into the model store."""
+    store = config.model_store
+    if store is None:
+        return None
+
+    async def fetch(url: str) -> Path:
+        try:
+            return await download(
+                url,
+                store,
+                config.allowed_urls,
+                max_bytes=config.max_unpacked_archive_bytes,
+            )
+        except ArchiveError as exc:
+            raise archive_error(exc) from None
+
+    return fetch
+
+
+def create_tokens(config: ServerConfig) -> TokenStore | None:
+    """The key file (mode 0600), unless token authorization is disabled."""
+    if config.disable_token_authorization:
+        return None
+    path = config.key_file or Path.cwd() / "key_file.json"
+    store = TokenStore.create(path, expiration_min=config.token_expiration_min)
+    log.info("token authorization is on: keys are in %s", path)
+    return store
