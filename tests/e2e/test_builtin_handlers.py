@@ -205,3 +205,15 @@ def test_without_the_vision_extra_the_load_error_names_it(
             r = client.post("/predictions/classifier", content=_image(32, 32, "RGB", 1))
         assert r.status_code == 503
         assert "pip install 'trioserve[vision]'" in r.json()["message"]
+
+
+def test_explanations_are_the_models_integrated_gradients(vision: Server) -> None:
+    attr = importlib.import_module("captum.attr")
+    data = _image(28, 28, "L", 11)
+    r = httpx.post(f"{vision.url}/explanations/mnist", content=data, timeout=60)
+    assert r.status_code == 200, r.text
+    t = _standin_transforms()
+    steps = t.Compose([t.ToTensor(), t.Normalize((0.1307,), (0.3081,))])
+    image = steps(Image.open(io.BytesIO(data)))[None]
+    want = attr.IntegratedGradients(_digit_net()).attribute(image, target=0, n_steps=15)
+    assert torch.allclose(torch.tensor(r.json()), want[0], atol=1e-4)

@@ -100,7 +100,16 @@ def test_describe_and_explain(tmp_path: Path) -> None:
     with pytest.raises(PredictionException) as info:
         handler.handle([{"body": [1, 2, 3]}], ctx)
     assert info.value.error_code == 501
-    assert "not supported" in info.value.message
+    assert "BaseHandler does not explain its answers: override get_insights" in info.value.message
+
+    class Explaining(BaseHandler):
+        def get_insights(self, tensor_data: Any, raw_input: Any, target: Any = 0) -> Any:
+            return [raw_input, target, tensor_data.tolist()]
+
+    explaining = Explaining()
+    explaining.initialize(ctx)
+    answer = explaining.handle([{"body": [1, 2, 3], "target": 1}], ctx)
+    assert answer == [[1, 2, 3], 1, [[1.0, 2.0, 3.0]]]
 
 
 @pytest.mark.parametrize(

@@ -242,3 +242,27 @@ def test_without_the_vision_extra_loading_names_it(monkeypatch: pytest.MonkeyPat
             importlib.import_module("trioserve.worker.builtin.image_classifier")
     finally:
         _forget_vision_modules()
+
+
+def test_explanations_are_captums_integrated_gradients(standin: None, tmp_path: Path) -> None:
+    attr = importlib.import_module("captum.attr")
+    handler, model = classifier(tmp_path, 4)
+    ctx = context(tmp_path)
+    ctx.begin_batch(["a"], [{"explain": "True"}])
+    image = png(230, 230, seed=5)
+    answer = handler.handle([{"data": image, "target": 2}], ctx)
+    batch = handler.preprocess([{"data": image}])
+    want = attr.IntegratedGradients(model).attribute(batch, target=2, n_steps=15)
+    assert torch.allclose(torch.tensor(answer), want, atol=1e-5)
+
+
+def test_without_captum_explanations_are_a_501_naming_it(
+    standin: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "captum.attr", None)
+    handler, _ = classifier(tmp_path, 4)
+    ctx = context(tmp_path)
+    ctx.begin_batch(["a"], [{"explain": "True"}])
+    with pytest.raises(PredictionException, match="pip install captum") as info:
+        handler.handle([{"data": png(64, 64)}], ctx)
+    assert info.value.error_code == 501

@@ -185,9 +185,19 @@ class BaseHandler:
         return False
 
     def explain_handle(self, data_preprocess: Any, raw_data: Any) -> Any:
+        """TorchServe's: the first request's ``data`` (or ``body``) and ``target`` (default
+        0) go to :meth:`get_insights` with the preprocessed batch."""
+        row = raw_data[0] if raw_data else None
+        inputs, target = None, 0
+        if isinstance(row, dict):
+            inputs = row.get("data") or row.get("body")
+            target = row.get("target") or 0
+        return self.get_insights(data_preprocess, inputs, target)
+
+    def get_insights(self, tensor_data: Any, raw_input: Any, target: Any = 0) -> Any:
         raise PredictionException(
-            "explanations are not supported by trioserve's BaseHandler; "
-            "override explain_handle in your handler to provide them",
+            f"{type(self).__name__} does not explain its answers: override get_insights (or "
+            "explain_handle) in the handler; TorchServe's image handlers do it with captum",
             501,
         )
 

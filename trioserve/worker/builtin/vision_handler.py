@@ -6,13 +6,16 @@ list (already pixel values) becomes a float tensor as it is. The batch is stacke
 handler's device. Bytes that are not an image Pillow can read fail the batch with a 400
 that says so (TorchServe's worker answers 503 with the Pillow error). Pillow's limit on image
 size (its decompression-bomb check) stays on unless the server sets
-``limit_max_image_pixels=false``, as in TorchServe.
+``limit_max_image_pixels=false``, as in TorchServe. Explanations (``/explanations``) are
+captum's integrated gradients of each image for the request's ``target`` class, when captum
+is installed; without it they answer 501 saying so.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import importlib
 import io
 from typing import Any
 
@@ -30,8 +33,25 @@ class VisionHandler(BaseHandler):
 
     def initialize(self, context: Any) -> None:
         super().initialize(context)
+        self.ig: Any = None  # captum's IntegratedGradients, for explanations
+        try:
+            attribution = importlib.import_module("captum.attr")
+        except ImportError:
+            pass  # explanations answer 501 naming captum
+        else:
+            self.ig = attribution.IntegratedGradients(self.model)
         if not context.system_properties.get("limit_max_image_pixels", True):
             Image.MAX_IMAGE_PIXELS = None
+
+    def get_insights(self, tensor_data: Any, raw_input: Any, target: Any = 0) -> Any:
+        """Integrated gradients of each image for class ``target`` (captum), as TorchServe's."""
+        if self.ig is None:
+            raise PredictionException(
+                "explanations of the built-in image handlers need captum, which is not "
+                "installed: pip install captum",
+                501,
+            )
+        return self.ig.attribute(tensor_data, target=int(target), n_steps=15).tolist()
 
     def preprocess(self, data: list[Any]) -> Any:
         import torch
