@@ -133,3 +133,56 @@ def test_eager_model_file_needs_exactly_one_module_class(tmp_path: Path) -> None
     ctx = make_context(tmp_path, {"modelFile": "two_modules_def.py"})
     with pytest.raises(LoadError, match=r"exactly one torch\.nn\.Module class"):
         BaseHandler().initialize(ctx)
+
+
+@pytest.mark.parametrize(
+    "pt2",
+    [
+        {"compile": {"enable": True, "backend": "eager"}},
+        {"backend": "eager"},  # TorchServe's older form
+        "eager",  # and its oldest
+    ],
+)
+def test_pt2_compile_is_honoured(tmp_path: Path, pt2: Any) -> None:
+    shutil.copy(FIXTURES / "fx_linear_model.py", tmp_path / "tiny_model_def.py")
+    module = linear()
+    torch.save({"fc." + k: v for k, v in module.state_dict().items()}, tmp_path / "weights.pt")
+    ctx = make_context(tmp_path, {"serializedFile": "weights.pt", "modelFile": "tiny_model_def.py"})
+    ctx.model_yaml_config = {"pt2": pt2}
+    handler = BaseHandler()
+    handler.initialize(ctx)
+    assert type(handler.model).__name__ == "OptimizedModule"  # what torch.compile returns
+    start_batch(ctx, n=1)
+    assert_close(
+        handler.handle([{"body": [1.0, 2.0, 3.0]}], ctx), expected(module, [[1.0, 2.0, 3.0]])
+    )
+
+
+@pytest.mark.parametrize(
+    ("pt2", "message"),
+    [
+        ({"export": {"aot_compile": True}}, "AOTInductor"),
+        ({"compile": {"enable": True, "backend": "no-such-backend"}}, "torch.compile refused"),
+        ({"compile": {"enable": True, "colour": "blue"}}, "torch.compile refused"),
+        ({"compile": "yes"}, "must be a mapping"),
+        ({"backend": "eager"}, "does not support compiling torch.jit"),  # a TorchScript model
+        (3, "must be a mapping or a backend name"),
+    ],
+)
+def test_pt2_settings_torch_cannot_honour_are_refused(
+    tmp_path: Path, pt2: Any, message: str
+) -> None:
+    save_torchscript(linear(), tmp_path / "model.pt")
+    ctx = make_context(tmp_path, {"serializedFile": "model.pt"})
+    ctx.model_yaml_config = {"pt2": pt2}
+    with pytest.raises(LoadError, match=message):
+        BaseHandler().initialize(ctx)
+
+
+def test_pt2_compile_disabled_leaves_the_model_alone(tmp_path: Path) -> None:
+    save_torchscript(linear(), tmp_path / "model.pt")
+    ctx = make_context(tmp_path, {"serializedFile": "model.pt"})
+    ctx.model_yaml_config = {"pt2": {"compile": {"enable": False, "backend": "eager"}}}
+    handler = BaseHandler()
+    handler.initialize(ctx)
+    assert type(handler.model).__name__ == "RecursiveScriptModule"

@@ -29,6 +29,38 @@ log = logging.getLogger("trioserve.worker")
 MAPPING_FILE = "index_to_name.json"
 
 
+def compile_as_configured(model: Any, pt2: Any) -> Any:
+    """``model`` through ``torch.compile`` as model-config.yaml's ``pt2`` asks, TorchServe's
+    forms: ``pt2: {compile: {enable: true, backend: ..., mode: ...}}``, the older ``pt2:
+    {backend: ..., mode: ...}`` and ``pt2: BACKEND``. ``pt2.export`` (AOTInductor) and options
+    ``torch.compile`` does not take are refused with a :class:`LoadError`."""
+    import torch
+
+    if pt2 is None:
+        return model
+    if isinstance(pt2, str):
+        options: dict[str, Any] = {"backend": pt2}
+    elif isinstance(pt2, dict) and "export" in pt2:
+        raise LoadError("model-config pt2.export (AOTInductor) is not supported by trioserve")
+    elif isinstance(pt2, dict) and "compile" in pt2:
+        compile_settings = pt2["compile"]
+        if not isinstance(compile_settings, dict):
+            raise LoadError("model-config pt2.compile must be a mapping")
+        if compile_settings.get("enable") is not True:
+            return model
+        options = {k: v for k, v in compile_settings.items() if k != "enable"}
+    elif isinstance(pt2, dict):
+        options = dict(pt2)
+    else:
+        raise LoadError(f"model-config pt2 must be a mapping or a backend name, not {pt2!r}")
+    try:
+        compiled = torch.compile(model, **options)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise LoadError(f"model-config pt2: torch.compile refused {options}: {exc}") from exc
+    log.info("compiled the model with torch.compile(%s)", options)
+    return compiled
+
+
 class BaseHandler:
     """Loads a PyTorch model and answers with ``postprocess(inference(preprocess(data)))``."""
 
@@ -83,6 +115,7 @@ class BaseHandler:
         else:
             self.model = self._load_torchscript_model(self.model_pt_path)
         self.model.eval()
+        self.model = compile_as_configured(self.model, self.model_yaml_config.get("pt2"))
         self.mapping = load_label_mapping(os.path.join(model_dir, MAPPING_FILE))
         self.initialized = True
 
