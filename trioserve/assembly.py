@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import ssl
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 from trioserve.archive import ArchiveError
 from trioserve.archive.download import download
 from trioserve.auth import TokenStore
-from trioserve.config import ServerConfig
+from trioserve.config import ConfigError, ServerConfig
 from trioserve.core.gpus import GpuPlan, visible_gpu_count
 from trioserve.core.model_settings import ServerDefaults
 from trioserve.http.cors import Cors
@@ -173,3 +174,25 @@ def create_tokens(config: ServerConfig) -> TokenStore | None:
     store = TokenStore.create(path, expiration_min=config.token_expiration_min)
     log.info("token authorization is on: keys are in %s", path)
     return store
+
+
+def pem_files(config: ServerConfig) -> tuple[Path, Path]:
+    """The certificate and private key files (the configuration checked both are set)."""
+    if config.certificate_file is None or config.private_key_file is None:
+        raise ConfigError("TLS needs certificate_file and private_key_file (PEM)")
+    return config.certificate_file, config.private_key_file
+
+
+def tls_context(config: ServerConfig, alpn: list[str]) -> ssl.SSLContext:
+    """A server-side TLS context with the configured certificate and key, offering ``alpn``
+    (``h2`` for gRPC, ``http/1.1`` for the inference front)."""
+    certificate, key = pem_files(config)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(certificate, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"certificate_file {certificate} / private_key_file {key}: cannot load them: {exc}"
+        ) from exc
+    context.set_alpn_protocols(alpn)
+    return context

@@ -43,7 +43,9 @@ from trioserve.assembly import (
     make_launcher,
     management_service,
     manager_settings,
+    pem_files,
     startup_workers,
+    tls_context,
 )
 from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
@@ -149,6 +151,7 @@ def http_service(
             address,
             shutdown_trigger=shutdown.wait,
             graceful_timeout=config.shutdown_grace_seconds,
+            tls=pem_files(config) if address.is_tls else None,
         )
     front = Front(
         app,
@@ -156,6 +159,7 @@ def http_service(
         FrontSettings(
             max_request_size=config.max_request_size,
             graceful_timeout=config.shutdown_grace_seconds,
+            ssl_context=tls_context(config, ["http/1.1"]) if address.is_tls else None,
         ),
         error_body=error_for_path,
         on_response=metrics.http_status,
@@ -177,6 +181,7 @@ def grpc_listeners(
     """TorchServe's gRPC inference (7070) and management (7071) services; the Open
     Inference Protocol's ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``
     beside the inference one."""
+    tls = tls_context(config, ["h2"]) if config.enable_grpc_ssl else None
     inference: list[Service] = [
         InferenceRpcs(dataplane),
         oip_service(dataplane, config.oip_grpc_stream_shape, management),
@@ -187,11 +192,13 @@ def grpc_listeners(
             "grpc_inference",
             (config.grpc_inference_address, config.grpc_inference_port),
             [*inference, HealthRpcs(dataplane, names, draining)],
+            tls,
         ),
         GrpcListener(
             "grpc_management",
             (config.grpc_management_address, config.grpc_management_port),
             [ManagementRpcs(management)],
+            tls,
         ),
     ]
 

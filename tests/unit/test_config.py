@@ -117,6 +117,8 @@ def test_all_keys_from_file(tmp_path: Path) -> None:
     store.mkdir()
     text = f"""
 inference_address=https://0.0.0.0:8443
+certificate_file=cert.pem
+private_key_file=key.pem
 management_address=unix:/tmp/mgmt.sock
 metrics_address=http://[::1]:9090
 grpc_inference_address=0.0.0.0
@@ -529,7 +531,8 @@ def test_missing_port_defaults_per_listener(
 ) -> None:
     cfg = load_text(tmp_path, f"{key}=http://127.0.0.1\n")
     assert getattr(cfg, key).port == http_port
-    cfg = load_text(tmp_path, f"{key}=https://127.0.0.1\n")
+    pem = "certificate_file=c.pem\nprivate_key_file=k.pem\n"
+    cfg = load_text(tmp_path, f"{key}=https://127.0.0.1\n{pem}")
     assert getattr(cfg, key).port == https_port
 
 
@@ -702,7 +705,6 @@ UNUSED_TORCHSERVE_KEYS = (
     "cpu_launcher_args=--use_logical_core",
     "ipex_enable=true",
     "ipex_gpu_enable=false",
-    "enable_grpc_ssl=false",
     "metrics_config=metrics.yaml",
     "model_metrics_auto_detect=true",
     "disable_system_metrics=true",
@@ -922,21 +924,22 @@ def test_ingress_processes_is_off_unless_set(tmp_path: Path) -> None:
             load_text(tmp_path, f"ingress_processes={bad}\n")
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        "certificate_file=cert.pem",
-        "private_key_file=key.pem",
-        "keystore=src/test/resources/keystore.p12",
-        "enable_grpc_ssl=true",
-    ],
-)
-def test_a_tls_setting_is_refused_rather_than_served_in_plaintext(
-    tmp_path: Path, line: str
-) -> None:
-    key = line.split("=", 1)[0]
-    with pytest.raises(ConfigError, match=rf"config key {key} asks for TLS"):
-        load_text(tmp_path, line + "\n")
+def test_tls_needs_both_pem_files_and_never_a_java_keystore(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config key keystore: trioserve does not read Java"):
+        load_text(tmp_path, "keystore=src/test/resources/keystore.p12\n")
+    for asking in ("inference_address=https://127.0.0.1:8443", "enable_grpc_ssl=true"):
+        key = asking.split("=", 1)[0]
+        with pytest.raises(ConfigError, match=rf"{key} asks for TLS, which needs private_key"):
+            load_text(tmp_path, f"{asking}\ncertificate_file=cert.pem\n")
+    cfg = load_text(
+        tmp_path,
+        "management_address=https://127.0.0.1:8444\nenable_grpc_ssl=true\n"
+        "certificate_file=cert.pem\nprivate_key_file=key.pem\n",
+    )
+    assert cfg.enable_grpc_ssl and cfg.management_address.is_tls
+    assert cfg.certificate_file == tmp_path / "cert.pem"
+    # Files without an https address or enable_grpc_ssl ask for nothing (as TorchServe).
+    assert not load_text(tmp_path, "certificate_file=c.pem\n").enable_grpc_ssl
 
 
 @pytest.mark.parametrize("envelope", ["body", "json", "kserve", "kservev2"])

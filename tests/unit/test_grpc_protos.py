@@ -235,6 +235,7 @@ def test_only_the_bridge_touches_asyncio() -> None:
     assert importers == {
         "trioserve/grpc/bridge.py",
         "trioserve/grpc/loop_thread.py",
+        "trioserve/grpc/servers.py",
         "trioserve/worker/mlmodel.py",
     }
 

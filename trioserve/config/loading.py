@@ -105,6 +105,9 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "max_workers_per_model": ("TS_MAX_WORKERS_PER_MODEL",),
     "ingress_processes": ("TS_INGRESS_PROCESSES",),
     "number_of_gpu": ("TS_NUMBER_OF_GPU",),
+    "certificate_file": ("TS_CERTIFICATE_FILE",),
+    "private_key_file": ("TS_PRIVATE_KEY_FILE",),
+    "enable_grpc_ssl": ("TS_ENABLE_GRPC_SSL",),
     "oip_grpc_stream_shape": ("TS_OIP_GRPC_STREAM_SHAPE",),
 }
 
@@ -117,7 +120,6 @@ TORCHSERVE_UNUSED_KEYS: Final = frozenset(
         "cpu_launcher_enable",
         "debug",
         "disable_system_metrics",
-        "enable_grpc_ssl",  # when false: when true, refused (TLS_KEYS)
         "grpc_inference_max_connection_age_grace_ms",
         "grpc_inference_max_connection_age_ms",
         "grpc_management_max_connection_age_grace_ms",
@@ -146,9 +148,9 @@ TORCHSERVE_UNUSED_KEYS: Final = frozenset(
     }
 )
 
-#: TorchServe's TLS settings. trioserve has no TLS yet: a server asked for it refuses to start
-#: rather than serve plaintext (``enable_grpc_ssl`` only when true).
-TLS_KEYS: Final = frozenset({"certificate_file", "private_key_file", "keystore", "enable_grpc_ssl"})
+#: TorchServe's Java keystore: trioserve reads PEM files (certificate_file, private_key_file)
+#: only, and refuses to start rather than serve plaintext where TLS was asked for.
+KEYSTORE_KEYS: Final = frozenset({"keystore"})
 
 _ENV_REF = re.compile(r"\$\$([^$]+)\$\$")
 
@@ -166,6 +168,28 @@ def find_config_file(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> Path
         return cwd / named
     default = cwd / CONFIG_FILE_NAME
     return default if default.is_file() else None
+
+
+def _check_tls(config: ServerConfig) -> None:
+    """TLS asked for (an https address, enable_grpc_ssl) needs both PEM files."""
+    wanting = [
+        key
+        for key, address in (
+            ("inference_address", config.inference_address),
+            ("management_address", config.management_address),
+            ("metrics_address", config.metrics_address),
+        )
+        if address.is_tls
+    ]
+    if config.enable_grpc_ssl:
+        wanting.append("enable_grpc_ssl")
+    missing = [
+        key for key in ("certificate_file", "private_key_file") if getattr(config, key) is None
+    ]
+    if wanting and missing:
+        raise ConfigError(
+            f"{', '.join(wanting)} asks for TLS, which needs {' and '.join(missing)} (PEM)"
+        )
 
 
 def _read_file(path: Path) -> str:
@@ -209,15 +233,11 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
     raw: dict[str, RawValue] = {}
     unknown: list[str] = []
     for key, value in file_values.items():
-        if (
-            key in TLS_KEYS
-            and value.strip()
-            and (key != "enable_grpc_ssl" or value.strip().lower() == "true")
-        ):
+        if key in KEYSTORE_KEYS and value.strip():
             raise ConfigError(
-                f"config key {key} asks for TLS, which trioserve does not support yet; it "
-                "refuses to start rather than serve plaintext. Remove the key, or put a TLS "
-                "proxy in front of trioserve."
+                f"config key {key}: trioserve does not read Java keystores; give the "
+                "certificate and its private key as PEM files with certificate_file and "
+                "private_key_file (it refuses to start rather than serve plaintext)"
             )
         if key in _ENV_NAMES:
             raw[key] = _substitute(key, RawValue(value, f"in {config_file}"), env)
@@ -320,9 +340,13 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
             if v.str_or_none("number_of_gpu") is None
             else v.integer("number_of_gpu", 0, minimum=0)
         ),
+        certificate_file=v.path("certificate_file", cwd, resolve=False),
+        private_key_file=v.path("private_key_file", cwd, resolve=False),
+        enable_grpc_ssl=v.boolean("enable_grpc_ssl", False),
         config_file=config_file,
         unknown_keys=tuple(unknown),
     )
+    _check_tls(config)
     if cli.strict_config and unknown:
         raise ConfigError(
             f"--strict-config: {config_file} sets keys that trioserve does not use: "

@@ -133,6 +133,9 @@ class ServerConfig:
     max_workers_per_model: int = 0
     ingress_processes: int = 0
     number_of_gpu: int | None = None  # None: every GPU the machine shows
+    certificate_file: Path | None = None  # PEM; with https:// addresses and enable_grpc_ssl
+    private_key_file: Path | None = None  # PEM
+    enable_grpc_ssl: bool = False
     worker_stop_grace_seconds: float = 5.0
     key_file: Path | None = None
     max_unpacked_archive_bytes: int = 4 << 30

@@ -26,9 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
+import ssl
 import struct
-import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -40,7 +39,6 @@ import h2.exceptions
 import trio
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
-from grpclib.protocol import H2Protocol
 
 from trioserve.auth import TokenStore
 from trioserve.core.errors import ServeError
@@ -60,6 +58,13 @@ from trioserve.grpc.calls import (
 )
 from trioserve.grpc.errors import grpc_code
 from trioserve.grpc.loop_thread import LoopThread
+from trioserve.grpc.servers import (
+    Server,
+    close_server,
+    listening_socket,
+    socket_url,
+    start_server,
+)
 
 log = logging.getLogger("trioserve.grpc")
 
@@ -268,67 +273,8 @@ async def _send_from_trio(
 @dataclass(frozen=True, slots=True)
 class _Listener:
     api: str
-    server: _Server
+    server: Server
     url: str
-
-
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket (so that the bound port is known for port 0)."""
-    family, kind, proto, _name, address = socket.getaddrinfo(
-        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind(address)
-        sock.listen(1024)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def _url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-class _Server(grpclib.server.Server):
-    """grpclib's server, keeping track of its connections.
-
-    ``Server.close()`` stops listening and cancels running handlers but leaves the client
-    connections open (grpclib 0.4); shutdown closes them with :meth:`close_connections`.
-    """
-
-    def __init__(self, servables: list[_Servable]) -> None:
-        super().__init__(servables)
-        self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
-
-    def _protocol_factory(self) -> H2Protocol:
-        protocol = super()._protocol_factory()
-        self._protocols.add(protocol)
-        return protocol
-
-    def close_connections(self) -> None:
-        for protocol in list(self._protocols):
-            connection = getattr(protocol, "connection", None)
-            if connection is not None and not connection.is_closing():
-                connection.close()
-
-
-async def _start(servables: list[_Servable], sock: socket.socket) -> _Server:
-    server = _Server(servables)
-    await server.start(sock=sock)
-    return server
-
-
-async def _close(server: _Server) -> None:
-    server.close()
-    await server.wait_closed()
-    server.close_connections()
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,6 +284,7 @@ class GrpcListener:
     api: str
     address: HostPort
     services: Sequence[Service]
+    tls: ssl.SSLContext | None = None  # enable_grpc_ssl
 
 
 async def serve_grpc(
@@ -365,14 +312,14 @@ async def serve_grpc(
         try:
             for planned in listeners_plan:
                 api = planned.api
-                sock = _listening_socket(*planned.address)
-                url = _url(sock)
+                sock = listening_socket(*planned.address)
+                url = socket_url(sock)
                 try:
                     servables = [
                         _Servable(service.base().__mapping__(), service, bridge)
                         for service in planned.services
                     ]
-                    server = await portal.run_aio(_start(servables, sock))
+                    server = await portal.run_aio(start_server(servables, sock, planned.tls))
                 except BaseException:
                     sock.close()
                     raise
@@ -397,7 +344,7 @@ async def serve_grpc(
             gate.abort_all()
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 for listener in listeners:
-                    await portal.run_aio(_close(listener.server))
+                    await portal.run_aio(close_server(listener.server))
             nursery.cancel_scope.cancel()
             log.info("gRPC listeners closed")
 

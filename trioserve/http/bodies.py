@@ -31,3 +31,13 @@ class Answer:
 def json_text(payload: Any) -> str:
     """TorchServe's JSON style: 2-space indent, no ASCII escaping, trailing newline."""
     return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+
+
+def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """Headers for the wire; a name or value that could split the head is refused."""
+    out = []
+    for name, value in headers:
+        if "\r" in value or "\n" in value or "\0" in value or not name.isascii():
+            raise ValueError(f"invalid response header {name!r}")
+        out.append((name.encode("ascii"), value.encode("latin-1")))
+    return out

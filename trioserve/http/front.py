@@ -19,6 +19,7 @@ import errno
 import logging
 import math
 import os
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -40,7 +41,7 @@ from trioserve.core.http1 import (
     response_head,
 )
 from trioserve.http.asgi import AsgiRequest, Lifespan
-from trioserve.http.bodies import Answer
+from trioserve.http.bodies import Answer, encode_headers
 from trioserve.http.errors import protocol_error_answer
 from trioserve.http.listeners import open_listeners, remove_socket_file
 from trioserve.sockio import send_eagerly
@@ -87,16 +88,7 @@ class FrontSettings:
     keep_alive_timeout: float = 120.0  # an idle keep-alive connection is closed after this
     read_timeout: float = 60.0  # a started request must arrive whole within this
     backlog: int = 1024
-
-
-def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
-    """Headers for the wire; a name or value that could split the head is refused."""
-    out = []
-    for name, value in headers:
-        if "\r" in value or "\n" in value or "\0" in value or not name.isascii():
-            raise ValueError(f"invalid response header {name!r}")
-        out.append((name.encode("ascii"), value.encode("latin-1")))
-    return out
+    ssl_context: ssl.SSLContext | None = None  # an https:// address: TLS on every connection
 
 
 class _Connection:
@@ -119,6 +111,8 @@ class _Connection:
         if not isinstance(self.client, tuple):
             self.client = None
             self.server = None
+        context = front.settings.ssl_context
+        self.tls = None if context is None else trio.SSLStream(stream, context, server_side=True)
 
     def wake(self) -> None:
         self._arrived.set()
@@ -127,7 +121,10 @@ class _Connection:
     async def send(self, data: bytes) -> None:
         # An answer nearly always fits the socket buffer: no scheduler pass per request.
         # Only this connection's task sends, so nothing interleaves.
-        await send_eagerly(self.stream, self.fd, data, "sending")
+        if self.tls is not None:
+            await self.tls.send_all(data)
+        else:
+            await send_eagerly(self.stream, self.fd, data, "sending")
 
     async def run(self) -> None:
         try:
@@ -142,7 +139,7 @@ class _Connection:
         finally:
             with trio.move_on_after(1) as cleanup:
                 cleanup.shield = True
-                await trio.aclose_forcefully(self.stream)
+                await trio.aclose_forcefully(self.tls or self.stream)
 
     async def _receive(self) -> None:
         try:
@@ -150,12 +147,15 @@ class _Connection:
                 if self.reader.buffered > self._read_limit:
                     await self._room.wait()  # a pipelining client waits for us
                     continue
-                # As in send(): wait for the socket, then read without another checkpoint.
-                await trio.lowlevel.wait_readable(self.stream.socket)
-                try:
-                    data = os.read(self.fd, 65536)
-                except BlockingIOError:
-                    continue
+                if self.tls is not None:
+                    data = bytes(await self.tls.receive_some(65536))  # errors: broken resource
+                else:
+                    # As in send(): wait for the socket, then read without a checkpoint more.
+                    await trio.lowlevel.wait_readable(self.stream.socket)
+                    try:
+                        data = os.read(self.fd, 65536)
+                    except BlockingIOError:
+                        continue
                 if not data:
                     break
                 self.reader.feed(data)
@@ -244,8 +244,8 @@ class Front:
         accept: Acceptor | None = None,
         task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        if address.is_tls:
-            raise ValueError(f"{address.url()}: TLS listeners are not supported yet")
+        if address.is_tls and self.settings.ssl_context is None:
+            raise ValueError(f"{address.url()}: an https address needs a certificate and key")
         listeners, bound = await open_listeners(address, self.settings.backlog)
         try:
             async with trio.open_nursery() as outer:

@@ -30,7 +30,8 @@ async def open_listeners(
     bound = []
     for listener in listeners:
         host, port = listener.socket.getsockname()[:2]
-        bound.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+        scheme = address.scheme
+        bound.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
     return listeners, bound
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -36,13 +37,17 @@ async def serve_app(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]],
     graceful_timeout: float,
+    tls: tuple[Path, Path] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until ``shutdown_trigger`` returns, then drain for up to ``graceful_timeout``.
 
-    ``task_status.started`` receives the bound addresses once the socket listens.
+    ``task_status.started`` receives the bound addresses once the socket listens. ``tls``
+    (certificate, private key: PEM files) is required for an https address.
     """
-    if address.scheme == "https":
-        raise ValueError(f"{address.url()}: TLS listeners are not supported yet")
+    if address.is_tls and tls is None:
+        raise ValueError(f"{address.url()}: an https address needs a certificate and key")
     config = hypercorn_config(address, graceful_timeout=graceful_timeout)
+    if address.is_tls and tls is not None:
+        config.certfile, config.keyfile = str(tls[0]), str(tls[1])
     await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
