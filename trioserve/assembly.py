@@ -176,6 +176,15 @@ def create_tokens(config: ServerConfig) -> TokenStore | None:
     return store
 
 
+def warn_about_settings(config: ServerConfig) -> None:
+    """Settings that are read but that trioserve cannot honour as TorchServe does."""
+    if config.ts_open_inference_protocol is False:
+        log.warning(
+            "ts_open_inference_protocol=false: trioserve serves the Open Inference Protocol "
+            "(/v2 and inference.GRPCInferenceService) always; it cannot be switched off"
+        )
+
+
 def pem_files(config: ServerConfig) -> tuple[Path, Path]:
     """The certificate and private key files (the configuration checked both are set)."""
     if config.certificate_file is None or config.private_key_file is None:

@@ -46,6 +46,7 @@ from trioserve.assembly import (
     pem_files,
     startup_workers,
     tls_context,
+    warn_about_settings,
 )
 from trioserve.auth import TokenStore
 from trioserve.config import Address, ServerConfig
@@ -227,6 +228,7 @@ async def serve(
         shutdown = trio.Event()
     launcher = launcher or make_launcher(config)
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
+    warn_about_settings(config)
     tokens = await trio.to_thread.run_sync(create_tokens, config)  # writes and fsyncs a file
     metrics = ServerMetrics(mode=config.metrics_mode)
     try:

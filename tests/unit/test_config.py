@@ -75,7 +75,7 @@ def test_defaults_without_any_file(tmp_path: Path) -> None:
     assert cfg.ts_header_key_sequence_start == "ts_request_sequence_start"
     assert cfg.ts_header_key_sequence_end == "ts_request_sequence_end"
     assert dict(cfg.models) == {}
-    assert cfg.ts_open_inference_protocol is False
+    assert cfg.ts_open_inference_protocol is None  # not set: OIP is served anyway
     assert cfg.shutdown_grace_seconds == 30.0
     assert cfg.worker_stop_grace_seconds == 5.0
     assert cfg.key_file is None
@@ -963,3 +963,14 @@ def test_strict_config_refuses_keys_the_server_does_not_use(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="number_of_netty_threads, made_up_key"):
         load_text(tmp_path, text, cli=strict)
     assert load_text(tmp_path, "job_queue_size=5\n", cli=strict).job_queue_size == 5
+
+
+def test_switching_oip_off_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    from trioserve.assembly import warn_about_settings
+
+    with caplog.at_level(logging.WARNING, logger="trioserve.server"):
+        warn_about_settings(ServerConfig(ts_open_inference_protocol=True))
+        warn_about_settings(ServerConfig())
+        assert caplog.records == []
+        warn_about_settings(ServerConfig(ts_open_inference_protocol=False))
+    assert "cannot be switched off" in caplog.records[0].getMessage()

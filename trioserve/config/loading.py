@@ -324,7 +324,11 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
             "ts_header_key_sequence_end", "ts_request_sequence_end"
         ),
         models=v.models_json(),
-        ts_open_inference_protocol=v.boolean("ts_open_inference_protocol", False),
+        ts_open_inference_protocol=(
+            None
+            if "ts_open_inference_protocol" not in raw
+            else v.boolean("ts_open_inference_protocol", False)
+        ),
         install_py_dep_per_model=v.boolean("install_py_dep_per_model", False),
         shutdown_grace_seconds=v.number("shutdown_grace_seconds", 30.0, minimum=0, positive=False),
         worker_stop_grace_seconds=v.number(

@@ -125,7 +125,7 @@ class ServerConfig:
     ts_header_key_sequence_end: str = "ts_request_sequence_end"
     #: parsed JSON of the ``models`` key: {name: {version: {minWorkers: ..., ...}}}
     models: Mapping[str, Any] = field(default_factory=no_models, hash=False)
-    ts_open_inference_protocol: bool = False
+    ts_open_inference_protocol: bool | None = None  # None: not set (OIP is always served)
     #: pip-install each archive's requirements file for its own workers
     install_py_dep_per_model: bool = False
     # trioserve-only
