@@ -89,8 +89,8 @@ def test_ts_is_synthetic_not_a_package_on_disk() -> None:
 def test_unknown_ts_module_says_what_is_provided() -> None:
     ts_shim.install()
     with pytest.raises(ModuleNotFoundError, match="provides only") as info:
-        importlib.import_module("ts.torch_handler.text_classifier")
-    assert info.value.name == "ts.torch_handler.text_classifier"
+        importlib.import_module("ts.torch_handler.dali_image_classifier")
+    assert info.value.name == "ts.torch_handler.dali_image_classifier"
 
 
 @pytest.mark.usefixtures("fresh_shim")

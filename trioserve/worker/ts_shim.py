@@ -32,6 +32,8 @@ ALIASES: Final[dict[str, str]] = {
     "ts.torch_handler.image_classifier": "trioserve.worker.builtin.image_classifier",
     "ts.torch_handler.image_segmenter": "trioserve.worker.builtin.image_segmenter",
     "ts.torch_handler.object_detector": "trioserve.worker.builtin.object_detector",
+    "ts.torch_handler.text_handler": "trioserve.worker.builtin.text_handler",
+    "ts.torch_handler.text_classifier": "trioserve.worker.builtin.text_classifier",
     "ts.handler_utils.timer": "trioserve.worker.timer",
     "ts.handler_utils.utils": "trioserve.worker.streaming",
     "ts.protocol.otf_message_handler": "trioserve.worker.streaming",
