@@ -87,7 +87,14 @@ def vision_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--serialized-file", str(files / "classifier.pt"),
         "--extra-files", str(files / "index_to_name.json"),
     )  # fmt: skip
-    # The same model archived by TorchServe's own torch-model-archiver.
+    # The same models archived by TorchServe's own torch-model-archiver.
+    subprocess.run(
+        [str(Path(sys.executable).parent / "torch-model-archiver"),
+         "--model-name", "mnist_tma", "--version", "1.0",
+         "--handler", str(MNIST / "mnist_handler.py"), "--model-file", str(MNIST / "mnist.py"),
+         "--serialized-file", str(files / "mnist.pt"), "--export-path", str(store), "-f"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
     subprocess.run(
         [str(Path(sys.executable).parent / "torch-model-archiver"),
          "--model-name", "classifier_tma", "--version", "1.0", "--handler", "image_classifier",
@@ -100,7 +107,8 @@ def vision_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _serve(tmp_path: Path, store: Path, env: dict[str, str]) -> Iterator[Server]:
-    server = Server(tmp_path, store, "mnist.mar,classifier.mar,classifier_tma.mar", env=env)
+    models = "mnist.mar,mnist_tma.mar,classifier.mar,classifier_tma.mar"
+    server = Server(tmp_path, store, models, env=env)
     server.start()
     try:
         yield server
@@ -170,15 +178,18 @@ def _assert_top5(answer: dict[str, float], want: list[tuple[str, float]]) -> Non
     assert list(answer.values()) == pytest.approx([p for _, p in want], abs=1e-5)
 
 
-def test_a_torchserve_style_mnist_handler_answers_as_the_model_does(vision: Server) -> None:
+@pytest.mark.parametrize("model", ["mnist", "mnist_tma"])
+def test_a_torchserve_style_mnist_handler_answers_as_the_model_does(
+    vision: Server, model: str
+) -> None:
     digits = [_image(28, 28, "L", seed) for seed in range(4)]
     with httpx.Client(base_url=vision.url, timeout=60) as client:
         for data in digits:
-            r = client.post("/predictions/mnist", content=data)
+            r = client.post(f"/predictions/{model}", content=data)
             assert r.status_code == 200, r.text
             assert r.json() == _expected_digit(data)
     for data in digits[:2]:
-        assert json.loads(_grpc(vision, "mnist", data)) == _expected_digit(data)
+        assert json.loads(_grpc(vision, model, data)) == _expected_digit(data)
 
 
 @pytest.mark.parametrize("model", ["classifier", "classifier_tma"])

@@ -61,12 +61,21 @@ def text_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         subprocess.run(
             [*command, "--model-name", name, *common], check=True, capture_output=True, timeout=120
         )
+        # A subclass of the built-in handler, from the same archiver.
+        own = [
+            str(TEXT / "review_handler.py") if arg == "text_classifier" else arg for arg in common
+        ]
+        subprocess.run(
+            [*command, "--model-name", f"{name}_own", *own],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
     return store
 
 
 @pytest.fixture
 def text_server(tmp_path: Path, text_store: Path) -> Iterator[Server]:
-    server = Server(tmp_path, text_store, "reviews.mar,reviews_tma.mar")
+    models = "reviews.mar,reviews_tma.mar,reviews_own.mar,reviews_tma_own.mar"
+    server = Server(tmp_path, text_store, models)
     server.start()
     try:
         yield server
@@ -77,9 +86,9 @@ def text_server(tmp_path: Path, text_store: Path) -> Iterator[Server]:
         assert wait_gone(pids) == []
 
 
-def _expected(tokens: list[str]) -> list[tuple[str, float]]:
+def _expected(tokens: list[str], bigrams: bool = True) -> list[tuple[str, float]]:
     index = {w: i for i, w in enumerate(WORDS)}
-    grams = tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
+    grams = tokens + ([f"{a} {b}" for a, b in itertools.pairwise(tokens)] if bigrams else [])
     ids = torch.tensor([index.get(g, 0) for g in grams], dtype=torch.long)
     with torch.no_grad():
         probabilities = torch.softmax(_model()(ids, torch.tensor([0])), dim=1)[0].tolist()
@@ -109,3 +118,13 @@ def test_text_classifier_answers_as_the_model_does(text_server: Server, model: s
     assert list(answer.values()) == pytest.approx(
         [p for _, p in _expected(["good", "movie"])], abs=1e-6
     )
+
+
+@pytest.mark.parametrize("model", ["reviews_own", "reviews_tma_own"])
+def test_a_subclass_of_the_text_classifier_answers_as_the_model_does(
+    text_server: Server, model: str
+) -> None:
+    tokens = ["it", "is", "not", "a", "bad", "movie"]
+    want = max(_expected(tokens, bigrams=False), key=lambda pair: pair[1])[0]
+    r = httpx.post(f"{text_server.url}/predictions/{model}", content=b"It isn't a bad movie.")
+    assert (r.status_code, r.text) == (200, want)
