@@ -108,3 +108,30 @@ def test_kservev2_answer_that_is_no_tensor_is_a_500_saying_so() -> None:
     with pytest.raises(PredictionException, match="not a valid output") as info:
         wrapped([{"body": body}], batch({}))
     assert info.value.error_code == 500
+
+
+def test_torchserves_envelope_classes_import_and_run() -> None:
+    import importlib
+
+    from trioserve.worker import ts_shim
+
+    ts_shim.install()
+    base = importlib.import_module("ts.torch_handler.request_envelope.base")
+    json_module = importlib.import_module("ts.torch_handler.request_envelope.json")
+
+    class Upper(base.BaseEnvelope):  # a custom envelope written against TorchServe's API
+        def parse_input(self, data: Any) -> Any:
+            return [row["body"].upper() for row in data]
+
+        def format_output(self, data: Any) -> Any:
+            return [{"out": item} for item in data]
+
+    echo = lambda data, context: data  # noqa: E731
+    assert Upper(echo).handle([{"body": "a"}, {"body": "b"}], batch({}, {})) == [
+        {"out": "A"},
+        {"out": "B"},
+    ]
+    wrapped = json_module.JSONEnvelope(lambda data, context: [2 * x for x in data])
+    assert wrapped.handle([{"body": b'{"instances": [1, 2]}'}], batch({})) == [
+        {"predictions": [2, 4]}
+    ]

@@ -35,6 +35,10 @@ ALIASES: Final[dict[str, str]] = {
     "ts.torch_handler.text_handler": "trioserve.worker.builtin.text_handler",
     "ts.torch_handler.text_classifier": "trioserve.worker.builtin.text_classifier",
     "ts.handler_utils.timer": "trioserve.worker.timer",
+    **{
+        f"ts.torch_handler.request_envelope.{name}": "trioserve.worker.request_envelope"
+        for name in ("base", "body", "json", "kserve", "kservev2")
+    },
     "ts.handler_utils.utils": "trioserve.worker.streaming",
     "ts.protocol.otf_message_handler": "trioserve.worker.streaming",
     "ts.utils.util": "trioserve.worker.util",
