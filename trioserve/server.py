@@ -167,6 +167,8 @@ def http_service(
         extra_headers=[] if cors is None else cors.answer_headers(),
     )
     count = config.ingress_processes
+    if count and address.is_tls:
+        log.warning("ingress_processes is not used with TLS: the server holds the connections")
     if count == 0 or address.is_tls:
         return partial(front.serve, address, shutdown_trigger=shutdown.wait)
     ingress = Ingress(count, log_level=logging.getLevelName(log.getEffectiveLevel()))
