@@ -9,7 +9,7 @@ import pytest
 from trioserve.core.frames import Kind, decode
 from trioserve.core.messages import BatchReply, decode_reply
 from trioserve.worker.context import Context
-from trioserve.worker.envelopes import json_envelope, validate, wrap
+from trioserve.worker.envelopes import validate, wrap
 from trioserve.worker.errors import LoadError, PredictionException
 from trioserve.worker.streaming import (
     IntermediateChannel,
@@ -129,7 +129,7 @@ def test_body_envelope_is_identity() -> None:
 
 
 def test_json_envelope_rejects_bad_bodies() -> None:
-    wrapped = json_envelope(lambda d, c: d)
+    wrapped = wrap("json", lambda d, c: d)
     with pytest.raises(PredictionException) as info:
         wrapped([{"body": {"no": "instances"}}], None)
     assert info.value.error_code == 400
@@ -138,5 +138,5 @@ def test_json_envelope_rejects_bad_bodies() -> None:
 
 
 def test_json_envelope_passes_malformed_answers_through() -> None:
-    wrapped = json_envelope(lambda d, c: "oops")
+    wrapped = wrap("json", lambda d, c: "oops")
     assert wrapped([{"body": {"instances": [1]}}], None) == "oops"

@@ -14,11 +14,17 @@
 
 TorchServe's ``kserve`` and ``kservev2`` envelopes read only the first request of a batch;
 these read every request.
+
+Each is a class with TorchServe's envelope API (``ts.torch_handler.request_envelope.*``
+names them): :class:`BaseEnvelope` wraps an entry point, and its ``handle(data, context)``
+runs ``parse_input``, the entry point, then ``format_output``, so an envelope a user wrote
+against TorchServe's base class runs unchanged. :func:`wrap` is how the loader applies one.
 """
 
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +35,38 @@ from trioserve.worker.oip import answer_tensor, input_row
 
 Entry = Callable[[Any, Any], Any]
 
-SUPPORTED = ("body", "json", "kserve", "kservev2")
+
+class BaseEnvelope(ABC):
+    """TorchServe's envelope base class: parse the batch, call the entry point, format."""
+
+    def __init__(self, handle_fn: Entry) -> None:
+        self._handle_fn = handle_fn
+        self.context: Any = None
+
+    def handle(self, data: Any, context: Any) -> Any:
+        self.context = context
+        if data:  # None: a function handler's initialisation call
+            data = self.parse_input(data)
+        results = self._handle_fn(data, context)
+        if results:
+            results = self.format_output(results)
+        return results
+
+    @abstractmethod
+    def parse_input(self, data: Any) -> Any: ...
+
+    @abstractmethod
+    def format_output(self, data: Any) -> Any: ...
+
+
+class BodyEnvelope(BaseEnvelope):
+    """The requests as they are."""
+
+    def parse_input(self, data: Any) -> Any:
+        return data
+
+    def format_output(self, data: Any) -> Any:
+        return data
 
 
 def _instances(row: Any, idx: int) -> list[Any]:
@@ -49,28 +86,31 @@ def _instances(row: Any, idx: int) -> list[Any]:
     return instances
 
 
-def json_envelope(entry: Entry, *, explain_key: bool = False) -> Entry:
-    """``explain_key``: an explanation request's answers go under ``explanations``."""
+class JSONEnvelope(BaseEnvelope):
+    """``{"instances": [...]}`` in, ``{"predictions": [...]}`` out, per request."""
 
-    def wrapped(data: Any, context: Any) -> Any:
-        if data is None:  # a function handler's initialisation call
-            return entry(data, context)
-        groups = [_instances(row, idx) for idx, row in enumerate(data)]
-        flat = [instance for group in groups for instance in group]
-        answers = entry(flat, context)
-        if not isinstance(answers, list) or len(answers) != len(flat):
-            return answers  # the worker reports the malformed answer
+    explain_key = False  # kserve: an explanation request's answers go under "explanations"
+
+    def parse_input(self, data: Any) -> Any:
+        self._sizes = [len(group) for group in (_instances(r, i) for i, r in enumerate(data))]
+        return [instance for idx, row in enumerate(data) for instance in _instances(row, idx)]
+
+    def format_output(self, data: Any) -> Any:
+        if not isinstance(data, list) or len(data) != sum(self._sizes):
+            return data  # the worker reports the malformed answer
         out: list[dict[str, Any]] = []
         start = 0
-        for idx, group in enumerate(groups):
+        for idx, size in enumerate(self._sizes):
             key = "predictions"
-            if explain_key and str(context.get_request_header(idx, "explain")) == "True":
+            if self.explain_key and str(self.context.get_request_header(idx, "explain")) == "True":
                 key = "explanations"
-            out.append({key: answers[start : start + len(group)]})
-            start += len(group)
+            out.append({key: data[start : start + size]})
+            start += size
         return out
 
-    return wrapped
+
+class KServeEnvelope(JSONEnvelope):
+    explain_key = True
 
 
 def _v2_request(row: Any, idx: int) -> InferRequest:
@@ -105,37 +145,47 @@ def _output(name: str, answer: Any, datatype: str) -> dict[str, Any]:
     }
 
 
-def kservev2_envelope(entry: Entry) -> Entry:
-    def wrapped(data: Any, context: Any) -> Any:
-        if data is None:
-            return entry(data, context)
-        rows: list[dict[str, Any]] = []
-        groups: list[tuple[str | None, int]] = []  # each request: its id, its row count
+class KServev2Envelope(BaseEnvelope):
+    """OIP JSON requests in, one row per input tensor; one output per row out."""
+
+    def parse_input(self, data: Any) -> Any:
+        self._rows: list[dict[str, Any]] = []
+        self._groups: list[tuple[str | None, int]] = []  # each request: its id, its rows
         for idx, row in enumerate(data):
             request = _v2_request(row, idx)
-            rows.extend(input_row(tensor) for tensor in request.inputs)
-            groups.append((request.id, len(request.inputs)))
-        answers = entry(rows, context)
-        if not isinstance(answers, list) or len(answers) != len(rows):
-            return answers  # the worker reports the malformed answer
+            self._rows.extend(input_row(tensor) for tensor in request.inputs)
+            self._groups.append((request.id, len(request.inputs)))
+        return self._rows
+
+    def format_output(self, data: Any) -> Any:
+        rows = self._rows
+        if not isinstance(data, list) or len(data) != len(rows):
+            return data  # the worker reports the malformed answer
         out: list[dict[str, Any]] = []
         start = 0
-        for idx, (request_id, count) in enumerate(groups):
+        for idx, (request_id, count) in enumerate(self._groups):
             outputs = [
-                _output(rows[i]["name"], answers[i], rows[i]["datatype"])
+                _output(rows[i]["name"], data[i], rows[i]["datatype"])
                 for i in range(start, start + count)
             ]
             start += count
             out.append(
                 {
-                    "id": request_id or context.get_request_id(idx),
-                    "model_name": context.model_name,
+                    "id": request_id or self.context.get_request_id(idx),
+                    "model_name": self.context.model_name,
                     "outputs": outputs,
                 }
             )
         return out
 
-    return wrapped
+
+ENVELOPES: dict[str, type[BaseEnvelope]] = {
+    "body": BodyEnvelope,
+    "json": JSONEnvelope,
+    "kserve": KServeEnvelope,
+    "kservev2": KServev2Envelope,
+}
+SUPPORTED = tuple(ENVELOPES)
 
 
 def validate(envelope: str | None) -> None:
@@ -149,12 +199,21 @@ def validate(envelope: str | None) -> None:
 
 
 def wrap(envelope: str | None, entry: Entry) -> Entry:
-    """``entry`` wrapped in the named envelope (no name: unchanged)."""
+    """``entry`` wrapped in the named envelope (none, or ``body``: unchanged)."""
     validate(envelope)
-    if envelope == "json":
-        return json_envelope(entry)
-    if envelope == "kserve":
-        return json_envelope(entry, explain_key=True)
-    if envelope == "kservev2":
-        return kservev2_envelope(entry)
-    return entry
+    if not envelope or envelope == "body":
+        return entry
+    return ENVELOPES[envelope](entry).handle
+
+
+__all__ = [
+    "ENVELOPES",
+    "SUPPORTED",
+    "BaseEnvelope",
+    "BodyEnvelope",
+    "JSONEnvelope",
+    "KServeEnvelope",
+    "KServev2Envelope",
+    "validate",
+    "wrap",
+]

@@ -36,7 +36,7 @@ ALIASES: Final[dict[str, str]] = {
     "ts.torch_handler.text_classifier": "trioserve.worker.builtin.text_classifier",
     "ts.handler_utils.timer": "trioserve.worker.timer",
     **{
-        f"ts.torch_handler.request_envelope.{name}": "trioserve.worker.request_envelope"
+        f"ts.torch_handler.request_envelope.{name}": "trioserve.worker.envelopes"
         for name in ("base", "body", "json", "kserve", "kservev2")
     },
     "ts.handler_utils.utils": "trioserve.worker.streaming",
