@@ -15,6 +15,7 @@ import shutil
 import ssl
 import subprocess
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from trioserve.archive import ArchiveError
@@ -85,8 +86,9 @@ def make_launcher(config: ServerConfig) -> SubprocessLauncher:
 
 
 def manager_settings(
-    config: ServerConfig, work_root: Path, metrics: ServerMetrics | None = None
+    config: ServerConfig, work_root: Path, metrics: ServerMetrics | None = None, gpus: int = 0
 ) -> ManagerSettings:
+    """``gpus``: how many GPUs workers are placed on (:func:`server_gpus`)."""
     return ManagerSettings(
         model_store=config.model_store,
         work_root=work_root,
@@ -108,7 +110,7 @@ def manager_settings(
         install_py_deps=config.install_py_dep_per_model,
         default_handler=config.default_service_handler,
         default_envelope=config.service_envelope,
-        gpu_plan=GpuPlan(server_gpus(config)),
+        gpu_plan=GpuPlan(gpus),
     )
 
 
@@ -183,6 +185,26 @@ def warn_about_settings(config: ServerConfig) -> None:
             "ts_open_inference_protocol=false: trioserve serves the Open Inference Protocol "
             "(/v2 and inference.GRPCInferenceService) always; it cannot be switched off"
         )
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """What TLS the configuration asks for, loaded once at start (files are read)."""
+
+    files: tuple[Path, Path] | None = None  # certificate, key: for hypercorn's listeners
+    front: ssl.SSLContext | None = None  # an https inference address
+    grpc: ssl.SSLContext | None = None  # enable_grpc_ssl
+
+
+def load_tls(config: ServerConfig) -> ServerTls:
+    """Read the certificate and key once (blocking: run it in a thread)."""
+    if config.certificate_file is None or config.private_key_file is None:
+        return ServerTls()
+    return ServerTls(
+        files=pem_files(config),
+        front=tls_context(config, ["http/1.1"]) if config.inference_address.is_tls else None,
+        grpc=tls_context(config, ["h2"]) if config.enable_grpc_ssl else None,
+    )
 
 
 def pem_files(config: ServerConfig) -> tuple[Path, Path]:

@@ -37,15 +37,16 @@ import trio
 from quart_trio import QuartTrio
 
 from trioserve.assembly import (
+    ServerTls,
     build_dataplane,
     cors_settings,
     create_tokens,
+    load_tls,
     make_launcher,
     management_service,
     manager_settings,
-    pem_files,
+    server_gpus,
     startup_workers,
-    tls_context,
     warn_about_settings,
 )
 from trioserve.auth import TokenStore
@@ -142,6 +143,7 @@ def http_service(
     metrics: ServerMetrics,
     shutdown: trio.Event,
     cors: Cors | None = None,
+    tls: ServerTls | None = None,
 ) -> Callable[..., Awaitable[None]]:
     """The listener of one HTTP API: trioserve's own HTTP/1.1 server where a fast path
     answers the hot routes, hypercorn for the others."""
@@ -152,7 +154,7 @@ def http_service(
             address,
             shutdown_trigger=shutdown.wait,
             graceful_timeout=config.shutdown_grace_seconds,
-            tls=pem_files(config) if address.is_tls else None,
+            tls=tls.files if tls is not None and address.is_tls else None,
         )
     front = Front(
         app,
@@ -160,7 +162,7 @@ def http_service(
         FrontSettings(
             max_request_size=config.max_request_size,
             graceful_timeout=config.shutdown_grace_seconds,
-            ssl_context=tls_context(config, ["http/1.1"]) if address.is_tls else None,
+            ssl_context=tls.front if tls is not None and address.is_tls else None,
         ),
         error_body=error_for_path,
         on_response=metrics.http_status,
@@ -180,11 +182,12 @@ def grpc_listeners(
     dataplane: Dataplane,
     management: ManagementService,
     draining: Callable[[], bool] = lambda: False,
+    tls: ServerTls | None = None,
 ) -> list[GrpcListener]:
     """TorchServe's gRPC inference (7070) and management (7071) services; the Open
     Inference Protocol's ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``
     beside the inference one."""
-    tls = tls_context(config, ["h2"]) if config.enable_grpc_ssl else None
+    grpc_tls = None if tls is None else tls.grpc
     inference: list[Service] = [
         InferenceRpcs(dataplane),
         oip_service(dataplane, config.oip_grpc_stream_shape, management),
@@ -195,13 +198,13 @@ def grpc_listeners(
             "grpc_inference",
             (config.grpc_inference_address, config.grpc_inference_port),
             [*inference, HealthRpcs(dataplane, names, draining)],
-            tls,
+            grpc_tls,
         ),
         GrpcListener(
             "grpc_management",
             (config.grpc_management_address, config.grpc_management_port),
             [ManagementRpcs(management)],
-            tls,
+            grpc_tls,
         ),
     ]
 
@@ -232,11 +235,14 @@ async def serve(
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
     warn_about_settings(config)
     tokens = await trio.to_thread.run_sync(create_tokens, config)  # writes and fsyncs a file
+    # Blocking at start (nvidia-smi, reading PEM files): in a thread, once.
+    gpus = await trio.to_thread.run_sync(server_gpus, config)
+    tls = await trio.to_thread.run_sync(load_tls, config)
     metrics = ServerMetrics(mode=config.metrics_mode)
     try:
         async with trio.open_nursery() as root:
             manager: ModelManager = await root.start(
-                ModelManager(manager_settings(config, work_root, metrics), launcher).run
+                ModelManager(manager_settings(config, work_root, metrics, gpus), launcher).run
             )
             metrics.add_gauge_source(
                 "ts_open_sequences",
@@ -273,13 +279,14 @@ async def serve(
                             metrics=metrics,
                             shutdown=shutdown,
                             cors=cors,
+                            tls=tls,
                         )
                     )
                 bound.update(
                     await listeners.start(
                         partial(
                             serve_grpc,
-                            grpc_listeners(config, dataplane, management, shutdown.is_set),
+                            grpc_listeners(config, dataplane, management, shutdown.is_set, tls),
                             tokens=tokens,
                             max_request_size=config.max_request_size,
                             shutdown_trigger=shutdown.wait,
