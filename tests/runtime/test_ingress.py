@@ -19,6 +19,8 @@ from trioserve.http.errors import protocol_error_answer
 from trioserve.http.front import Front, FrontSettings
 from trioserve.http.ingress import WINDOW, Ingress
 
+from .fakes import lifespan
+
 pytestmark = pytest.mark.filterwarnings("error")
 
 
@@ -34,13 +36,7 @@ class Hub:
 
 async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        return await lifespan(receive, send)
     body = f"app {scope['method']} {scope['path']} client={scope['client'] is not None}"
     await send({"type": "http.response.start", "status": 201, "headers": []})
     await send({"type": "http.response.body", "body": body.encode()})
@@ -77,11 +73,20 @@ def _error_body(error: ServeError, path: str | None) -> Answer:
     return protocol_error_answer(500, error.message)
 
 
+class _BrokenFront(Front):
+    """A front whose own dispatch fails on ``/broken`` (a bug outside the fast path)."""
+
+    async def dispatch(self, connection: Any, request: Any, keep_alive: bool) -> bool:
+        if request.path == "/broken":
+            raise RuntimeError("a bug in the front")
+        return await super().dispatch(connection, request, keep_alive)
+
+
 async def _serving(
     nursery: trio.Nursery, shutdown: trio.Event, processes: int = 2, **settings: float
 ) -> tuple[Hub, Ingress, int]:
     hub = Hub()
-    front = Front(
+    front = _BrokenFront(
         _app,
         _fast_path(hub),
         FrontSettings(1 << 16, **settings),
@@ -178,6 +183,18 @@ async def test_a_request_the_ingress_cannot_read_is_refused_by_the_hub() -> None
         assert data.startswith(b"HTTP/1.1 400 ") and b"connection: close" in data.lower()
         assert too_big.startswith(b"HTTP/1.1 500 ")  # this test's error body for a 413
         assert hub.statuses == [400, 500]  # counted where the answers were made: the hub
+        shutdown.set()
+
+
+async def test_an_unexpected_error_in_the_hub_is_answered_500() -> None:
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        _hub, _ingress, port = await _serving(nursery, shutdown)
+        with trio.fail_after(10):
+            data = await _request(port, _post("/broken"))
+            after = await _request(port, _post("/p"))  # and the hub goes on serving
+        assert data.startswith(b"HTTP/1.1 500 ") and b"a bug in the front" in data
+        assert after.startswith(b"HTTP/1.1 200 ")
         shutdown.set()
 
 

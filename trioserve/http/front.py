@@ -6,11 +6,10 @@ one first to a *fast path* (a plain ``async`` function; the inference API's answ
 predictions with it) and otherwise to an ASGI application (the Quart app with every other
 route, and predictions with form bodies). Either way the client sees the same API.
 
-Each connection is one task plus a receiving task. The receiving task reads ahead, so a
-client that closes its connection is noticed while its request runs: the request's cancel
-scope is cancelled (the fast path) or the app receives ``http.disconnect`` (ASGI). Shutdown
-stops accepting, lets requests in flight finish for up to ``graceful_timeout`` seconds and
-closes idle keep-alive connections at once.
+Each connection is one task plus a receiving task that reads ahead, so a client that leaves is
+noticed while its request runs (its cancel scope is cancelled, or the app gets
+``http.disconnect``). An https address wraps connections in TLS. Shutdown stops accepting, lets
+requests in flight finish within ``graceful_timeout`` s and closes idle connections at once.
 """
 
 from __future__ import annotations
@@ -363,7 +362,8 @@ class Front:
     ) -> bool:
         keep = keep_alive and not answer.close and not self.draining
         try:
-            headers = encode_headers(answer.headers + self.extra_headers)
+            extra, own = self.extra_headers, answer.headers
+            headers = encode_headers(own + extra if extra else own)
         except ValueError as exc:
             log.error("refusing a response: %s", exc)
             await _close_body(answer.body)

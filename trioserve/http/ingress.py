@@ -24,6 +24,7 @@ before it stops answering.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import sys
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from trioserve.core import errors
 from trioserve.core.backoff import Backoff
 from trioserve.core.http1 import HttpError, Request
 from trioserve.core.ingress_frames import ACK, DATA, DRAIN, END, GONE, READY, REFUSE, REQUEST, Frame
@@ -70,6 +72,11 @@ class _Remote:
         while self._sent - self._acked > WINDOW and not self.gone.is_set():
             self._room = trio.Event()
             await self._room.wait()
+
+    @property
+    def sent(self) -> int:
+        """Bytes of the answer sent so far."""
+        return self._sent
 
     def acknowledged(self, written: int) -> None:
         self._acked = max(self._acked, written)
@@ -149,8 +156,13 @@ class _Session:
                 keep = await answer()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away while its answer was being sent
-        except Exception:
+        except Exception as exc:
             log.exception("%s: unexpected error while answering a request", self.link.name)
+            if remote.sent == 0 and not remote.gone.is_set():
+                # Nothing of an answer went out yet: the client gets a 500 saying so.
+                failure = self.front.error_body(errors.internal_error(exc), None)
+                with contextlib.suppress(trio.BrokenResourceError):
+                    await self.front.write_answer(remote, "GET", "1.1", failure, keep_alive=False)
         finally:
             del self.remotes[remote.number]
             if not remote.gone.is_set():
