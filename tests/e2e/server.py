@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -190,6 +192,19 @@ class Server:
                     kid.kill()
                 except psutil.NoSuchProcess:
                     pass
+
+
+@contextlib.contextmanager
+def running(server: Server) -> Iterator[Server]:
+    """Start ``server``; afterwards stop it and check that every process it started is gone."""
+    server.start()
+    try:
+        yield server
+    finally:
+        pids = server.child_pids()
+        server.stop()
+        server.kill()
+        assert wait_gone(pids) == [], f"child processes left behind:\n{server.log}"
 
 
 def _is_ingress(process: psutil.Process) -> bool:

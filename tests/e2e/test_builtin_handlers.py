@@ -26,7 +26,7 @@ from PIL import Image
 
 from trioserve.client import Client
 
-from .server import HANDLERS, Server, wait_gone
+from .server import HANDLERS, Server, running
 
 pytestmark = pytest.mark.e2e
 
@@ -109,14 +109,8 @@ def vision_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _serve(tmp_path: Path, store: Path, env: dict[str, str]) -> Iterator[Server]:
     models = "mnist.mar,mnist_tma.mar,classifier.mar,classifier_tma.mar"
     server = Server(tmp_path, store, models, env=env)
-    server.start()
-    try:
+    with running(server):
         yield server
-    finally:
-        pids = server.child_pids()
-        server.stop()
-        server.kill()
-        assert wait_gone(pids) == []
 
 
 @pytest.fixture

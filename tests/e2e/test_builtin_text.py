@@ -20,7 +20,7 @@ import torch
 
 from trioserve.client import Client
 
-from .server import HANDLERS, Server, wait_gone
+from .server import HANDLERS, Server, running
 
 pytestmark = pytest.mark.e2e
 
@@ -76,14 +76,8 @@ def text_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def text_server(tmp_path: Path, text_store: Path) -> Iterator[Server]:
     models = "reviews.mar,reviews_tma.mar,reviews_own.mar,reviews_tma_own.mar"
     server = Server(tmp_path, text_store, models)
-    server.start()
-    try:
+    with running(server):
         yield server
-    finally:
-        pids = server.child_pids()
-        server.stop()
-        server.kill()
-        assert wait_gone(pids) == []
 
 
 def _expected(tokens: list[str], bigrams: bool = True) -> list[tuple[str, float]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .server import HANDLERS, Server, archive
+from .server import HANDLERS, Server, archive, running
 
 pytestmark = pytest.mark.e2e
 
@@ -41,8 +41,7 @@ def test_kserve_envelope_answers_predictions(tmp_path: Path, envelope_store: Pat
         envelope_store,
         {"service_envelope": "kserve", "default_service_handler": "envelope_handler"},
     )
-    server.start()
-    try:
+    with running(server):
         with httpx.Client(base_url=server.url, timeout=60) as client:
             for model in ("env", "plain"):
                 r = client.post(f"/predictions/{model}", json={"instances": [1, 2.5]})
@@ -52,8 +51,6 @@ def test_kserve_envelope_answers_predictions(tmp_path: Path, envelope_store: Pat
                 assert r.json() == {"explanations": [6]}
             r = client.post("/predictions/env", json={"rows": [1]})
             assert r.status_code == 400 and "instances" in r.json()["message"]
-    finally:
-        server.stop()
 
 
 def test_kservev2_envelope_answers_outputs(tmp_path: Path, envelope_store: Path) -> None:
@@ -62,8 +59,7 @@ def test_kservev2_envelope_answers_outputs(tmp_path: Path, envelope_store: Path)
         envelope_store,
         {"service_envelope": "kservev2", "default_service_handler": "envelope_handler"},
     )
-    server.start()
-    try:
+    with running(server):
         body = {
             "id": "q1",
             "inputs": [{"name": "x", "shape": [2, 2], "datatype": "FP32", "data": [1, 2, 3, 4]}],
@@ -78,5 +74,3 @@ def test_kservev2_envelope_answers_outputs(tmp_path: Path, envelope_store: Path)
             }
             r = client.post("/predictions/env", json={"inputs": [{"name": "x"}]})
             assert r.status_code == 400
-    finally:
-        server.stop()

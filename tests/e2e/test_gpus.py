@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .server import HANDLERS, Server, archive
+from .server import HANDLERS, Server, archive, running
 
 pytestmark = pytest.mark.e2e
 
@@ -41,8 +41,7 @@ def _workers(server: Server, model: str) -> tuple[str, list[tuple[bool, str]]]:
 
 def test_workers_are_spread_over_the_visible_gpus(tmp_path: Path, gpu_store: Path) -> None:
     server = _server(tmp_path, gpu_store, "0,1", "control2.mar,cpuonly.mar,second.mar")
-    server.start()
-    try:
+    with running(server):
         device, workers = _workers(server, "control2")
         assert device == "gpu"
         assert sorted(workers) == [(True, "gpuId::0"), (True, "gpuId::0"), (True, "gpuId::1")]
@@ -52,14 +51,11 @@ def test_workers_are_spread_over_the_visible_gpus(tmp_path: Path, gpu_store: Pat
             assert client.post("/predictions/control2", content=b"gpu").text in ("0", "1")
             assert client.post("/predictions/second", content=b"gpu").text == "1"
             assert client.post("/predictions/cpuonly", content=b"gpu").text == "None"
-    finally:
-        server.stop()
 
 
 def test_number_of_gpu_limits_the_gpus_used(tmp_path: Path, gpu_store: Path) -> None:
     server = _server(tmp_path, gpu_store, "0,1", "control2.mar", number_of_gpu="1")
-    server.start()
-    try:
+    with running(server):
         assert _workers(server, "control2") == ("gpu", [(True, "gpuId::0")] * 3)
         r = httpx.post(
             f"{server.management_url}/models",
@@ -68,14 +64,9 @@ def test_number_of_gpu_limits_the_gpus_used(tmp_path: Path, gpu_store: Path) -> 
         )
         assert r.status_code == 400
         assert "deviceIds [1] name GPUs this server does not have" in r.json()["message"]
-    finally:
-        server.stop()
 
 
 def test_without_gpus_everything_runs_on_the_cpu(tmp_path: Path, gpu_store: Path) -> None:
     server = _server(tmp_path, gpu_store, "", "control2.mar")
-    server.start()
-    try:
+    with running(server):
         assert _workers(server, "control2") == ("cpu", [(False, "N/A")] * 3)
-    finally:
-        server.stop()

@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import psutil
@@ -53,6 +54,13 @@ def _one_per_ingress(server: Server) -> dict[int, list[http.client.HTTPConnectio
         connection.close()
     assert len(held) == 2 and all(len(c) == 2 for c in held.values())
     return held
+
+
+def _wait_for_markers(markers: Path, kind: str, count: int) -> None:
+    """Until the handler has written ``count`` markers of ``kind`` (at most 10 s)."""
+    deadline = time.monotonic() + 10
+    while len(list(markers.glob(f"{kind}-*"))) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _predict(
@@ -119,9 +127,7 @@ def test_a_killed_ingress_process_loses_only_its_requests_and_is_restarted(
     for thread in threads:
         thread.start()
     markers = server.workdir / "markers"
-    deadline = time.monotonic() + 10
-    while len(list(markers.glob("started-*"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _wait_for_markers(markers, "started", 2)
     os.kill(victim, signal.SIGKILL)
     for thread in threads:
         thread.join()
@@ -129,9 +135,7 @@ def test_a_killed_ingress_process_loses_only_its_requests_and_is_restarted(
     assert isinstance(outcomes[victim][0], (ConnectionError, http.client.HTTPException))
     assert outcomes[survivor] == [(200, b"slept")]
     # The victim's request was cancelled in the worker (the handler polls is_cancelled).
-    deadline = time.monotonic() + 10
-    while not list(markers.glob("cancelled-*")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_for_markers(markers, "cancelled", 1)
     assert len(list(markers.glob("cancelled-*"))) == 1
     # A new ingress process takes the victim's place, and both serve.
     deadline = time.monotonic() + 15
@@ -162,9 +166,7 @@ def test_sigterm_drains_every_ingress_process(server: Server) -> None:
     for thread in threads:
         thread.start()
     markers = server.workdir / "markers"
-    deadline = time.monotonic() + 10
-    while len(list(markers.glob("started-*"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _wait_for_markers(markers, "started", 2)
     server.signal(signal.SIGTERM)
     for thread in threads:
         thread.join()

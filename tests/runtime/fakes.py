@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -175,3 +176,14 @@ def model_version(launcher: FakeLauncher) -> ModelVersion:
         next_worker_id=lambda: next(ids),
     )
     return ModelVersion(settings, pool, launcher)
+
+
+async def lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI lifespan scope's startup and shutdown (for test apps)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

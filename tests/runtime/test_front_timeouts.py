@@ -13,18 +13,14 @@ from trioserve.http.bodies import Answer
 from trioserve.http.errors import protocol_error_answer
 from trioserve.http.front import Front, FrontSettings
 
+from .fakes import lifespan
+
 REQUEST = b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
 
 
 async def _lifespan_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
     assert scope["type"] == "lifespan"
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    await lifespan(receive, send)
 
 
 async def _echo(request: Any) -> Answer:
