@@ -10,7 +10,7 @@ MLS_VENV := .venv-mlserver
 MLS_STAMP := $(MLS_VENV)/.installed-stamp
 STORE ?= model_store
 
-.PHONY: setup serve test lint typecheck unit clean asan protos
+.PHONY: setup serve test lint typecheck unit clean asan protos image binary docs
 
 NATIVE := trioserve/_collate.abi3.so
 
@@ -56,5 +56,17 @@ protos: setup
 asan: setup
 	sh native/sanitize.sh
 
+## The OCI image (Dockerfile): buildah here, docker build elsewhere (docs/docker.md).
+image: setup
+	sh scripts/build_image.sh
+
+## One file to run: dist/trioserve.pyz, a zipapp that needs only python3 (docs/binary.md).
+binary: setup
+	$(BIN)/python scripts/build_binary.py
+
+## The documentation site (mkdocs, Material theme) into site/.
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(MLS_VENV) $(STORE) logs build .mypy_cache .pytest_cache .ruff_cache trioserve/_collate*.so
+	rm -rf $(VENV) $(MLS_VENV) $(STORE) logs build dist site .mypy_cache .pytest_cache .ruff_cache trioserve/_collate*.so
