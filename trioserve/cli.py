@@ -20,6 +20,7 @@ from pathlib import Path
 from trioserve import __version__
 from trioserve.config import CliOptions, ConfigError, ServerConfig, load_config
 from trioserve.launch import READY_FD_ENV, launch
+from trioserve.pythonpath import child_environment
 
 PID_FILE_ENV = "TRIOSERVE_PID_FILE"
 
@@ -156,6 +157,7 @@ def start_background(argv: list[str], log_dir: Path) -> int:
     launched = launch(
         [sys.executable, "-m", "trioserve", *argv, "--foreground"],
         log_path=log_path,
+        env=child_environment(),
         new_session=True,
     )
     process, lines = launched.process, launched.report

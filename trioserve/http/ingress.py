@@ -40,6 +40,7 @@ from trioserve.core.ingress_frames import ACK, DATA, DRAIN, END, GONE, READY, RE
 from trioserve.http.front import Front
 from trioserve.http.ingress_link import Link
 from trioserve.http.ingress_process import IngressSettings
+from trioserve.pythonpath import child_environment
 
 log = logging.getLogger("trioserve.ingress")
 
@@ -235,6 +236,7 @@ class Ingress:
                 process = await trio.lowlevel.open_process(
                     [*self.command, settings.to_json()],
                     pass_fds=(ingress_end.fileno(), *fds),
+                    env=child_environment(),
                 )
             finally:
                 ingress_end.close()

@@ -20,6 +20,8 @@ from typing import Protocol
 
 import trio
 
+from trioserve.pythonpath import child_python_path
+
 log = logging.getLogger("trioserve.worker")
 
 
@@ -106,9 +108,10 @@ class SubprocessLauncher:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             env = dict(self._env)
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(cwd), *map(str, python_path), env.get("PYTHONPATH", "")) if p
-            )
+            # The model's folder, its own dependencies, then what this trioserve is imported
+            # from when the interpreter would not find it by itself (the zipapp).
+            paths = (str(cwd), *map(str, python_path), *child_python_path())
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (*paths, env.get("PYTHONPATH", "")) if p)
             env["TRIOSERVE_WORKER_NAME"] = name
             process = await trio.lowlevel.open_process(
                 [self._python, "-m", "trioserve.worker", "--fd", str(child.fileno())],
