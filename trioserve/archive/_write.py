@@ -22,10 +22,11 @@ import zipfile
 from datetime import datetime
 from io import BytesIO
 from pathlib import Path
-from typing import Final
+from typing import IO, Final, TextIO
 
 from ._errors import ArchiveError
 from ._manifest import MANIFEST_PATH, RUNTIMES
+from ._progress import Mode, Progress
 
 _log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ _SUFFIXES: Final = {"default": ".mar", "zip-store": ".mar", "tgz": ".tar.gz", "n
 _MODEL_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-.]*")
 _SKIPPED_DIRS: Final = ("__pycache__", "__MACOSX")
 _GLOB_CHARS: Final = re.compile(r"[*?\[]")
+_COPY_CHUNK: Final = 1024 * 1024
 
 
 def write_archive(
@@ -62,6 +64,7 @@ def write_archive(
     force: bool = False,
     requirements_file: Path | None = None,
     config_file: Path | None = None,
+    progress: TextIO | None = None,
 ) -> Path:
     """Package a model and return the path of the archive (or directory) written.
 
@@ -75,6 +78,9 @@ def write_archive(
     (``<name>.mar``, stored zip), ``tgz`` (``<name>.tar.gz``, everything under ``<name>/``)
     or ``no-archive`` (the directory ``<export_path>/<name>/``). An existing output is
     replaced only with ``force``.
+
+    ``progress``: the stream to show the progress of a large archive on (a bar on a
+    terminal, plain lines otherwise; see :mod:`._progress`); ``None`` shows nothing.
 
     Raises :class:`ArchiveError` on bad input (400), a missing input file (404), an
     existing output without ``force`` (409) and a failure to write (500).
@@ -118,7 +124,7 @@ def write_archive(
     }
     manifest_bytes = json.dumps(manifest, indent=2).encode()
     return _write_output(
-        files.entries, manifest_bytes, model_name, export_path, archive_format, force
+        files.entries, manifest_bytes, model_name, export_path, archive_format, force, progress
     )
 
 
@@ -224,6 +230,7 @@ def _write_output(
     export_path: Path,
     archive_format: str,
     force: bool,
+    stream: TextIO | None = None,
 ) -> Path:
     output = export_path / (model_name + _SUFFIXES[archive_format])
     if export_path.exists() and not export_path.is_dir():
@@ -237,15 +244,20 @@ def _write_output(
         raise ArchiveError(409, f"{output} already exists; use --force/-f to overwrite it")
     temp = export_path / f".{model_name}.{uuid.uuid4().hex}.tmp"
     try:
-        if archive_format == "no-archive":
-            _write_folder(temp, entries, manifest)
-        elif archive_format == "tgz":
-            _write_tgz(temp, entries, manifest, model_name)
-        else:
-            compression = (
-                zipfile.ZIP_STORED if archive_format == "zip-store" else zipfile.ZIP_DEFLATED
-            )
-            _write_zip(temp, entries, manifest, compression)
+        total = sum(source.stat().st_size for source in entries.values())
+        # A small archive shows nothing, as torch-model-archiver does.
+        with Progress.on(
+            stream, f"archiving {output.name}", f"archived {output.name}", total, small=Mode.OFF
+        ) as progress:
+            if archive_format == "no-archive":
+                _write_folder(temp, entries, manifest, progress)
+            elif archive_format == "tgz":
+                _write_tgz(temp, entries, manifest, model_name, progress)
+            else:
+                compression = (
+                    zipfile.ZIP_STORED if archive_format == "zip-store" else zipfile.ZIP_DEFLATED
+                )
+                _write_zip(temp, entries, manifest, compression, progress)
         if exists and (temp.is_dir() or output.is_dir()):
             _remove(output)  # a file replaces a file atomically; folders need room
         os.replace(temp, output)
@@ -258,17 +270,47 @@ def _write_output(
     return output
 
 
-def _write_zip(temp: Path, entries: dict[str, Path], manifest: bytes, compression: int) -> None:
+def _copy(source: IO[bytes], target: IO[bytes], progress: Progress) -> None:
+    while chunk := source.read(_COPY_CHUNK):
+        target.write(chunk)
+        progress.advance(len(chunk))
+
+
+class _CountingReader:
+    """A file that tells ``progress`` how much was read from it (for tarfile.addfile)."""
+
+    def __init__(self, file: IO[bytes], progress: Progress) -> None:
+        self._file = file
+        self._progress = progress
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._file.read(size)
+        self._progress.advance(len(data))
+        return data
+
+
+def _write_zip(
+    temp: Path, entries: dict[str, Path], manifest: bytes, compression: int, progress: Progress
+) -> None:
     with zipfile.ZipFile(temp, "w", compression, strict_timestamps=False) as archive:
         for arcname, source in entries.items():
-            archive.write(source, arcname)
+            # What ZipFile.write does, with the bytes counted.
+            info = zipfile.ZipInfo.from_file(source, arcname, strict_timestamps=False)
+            info.compress_type = compression
+            with source.open("rb") as src, archive.open(info, "w") as dest:
+                _copy(src, dest, progress)
         archive.writestr(MANIFEST_PATH, manifest)
 
 
-def _write_tgz(temp: Path, entries: dict[str, Path], manifest: bytes, model_name: str) -> None:
+def _write_tgz(
+    temp: Path, entries: dict[str, Path], manifest: bytes, model_name: str, progress: Progress
+) -> None:
     with tarfile.open(temp, "w:gz", dereference=True) as archive:
         for arcname, source in entries.items():
-            archive.add(source, arcname=f"{model_name}/{arcname}", recursive=False)
+            # What TarFile.add does for a file, with the bytes counted.
+            member = archive.gettarinfo(source, arcname=f"{model_name}/{arcname}")
+            with source.open("rb") as src:
+                archive.addfile(member, _CountingReader(src, progress))
         info = tarfile.TarInfo(f"{model_name}/{MANIFEST_PATH}")
         info.size = len(manifest)
         info.mtime = int(time.time())
@@ -276,12 +318,16 @@ def _write_tgz(temp: Path, entries: dict[str, Path], manifest: bytes, model_name
         archive.addfile(info, BytesIO(manifest))
 
 
-def _write_folder(temp: Path, entries: dict[str, Path], manifest: bytes) -> None:
+def _write_folder(
+    temp: Path, entries: dict[str, Path], manifest: bytes, progress: Progress
+) -> None:
     temp.mkdir()
     for arcname, source in entries.items():
         target = temp / arcname
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(source, target)
+        with source.open("rb") as src, target.open("wb") as dest:
+            _copy(src, dest, progress)
+        shutil.copymode(source, target)  # what shutil.copy does after the data
     (temp / "MAR-INF").mkdir(exist_ok=True)
     (temp / MANIFEST_PATH).write_bytes(manifest)
 

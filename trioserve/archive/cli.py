@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         "-r", "--requirements-file", type=Path, help="pip requirements for the model"
     )
     parser.add_argument("-c", "--config-file", type=Path, help="model-config.yaml")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="show no progress while writing a large archive (also TRIOSERVE_PROGRESS=0)",
+    )
     return parser
 
 
@@ -74,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             force=args.force,
             requirements_file=args.requirements_file,
             config_file=args.config_file,
+            progress=None if args.quiet else sys.stderr,
         )
     except ArchiveError as exc:
         print(f"{parser.prog}: error: {exc.message}", file=sys.stderr)

@@ -14,26 +14,30 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import logging
 import os
 import re
 import ssl
+import sys
 import tempfile
 import threading
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 from urllib.parse import unquote, urlsplit
 
 import trio
 
 from ._errors import ArchiveError
+from ._progress import Progress
 
 __all__ = ["check_allowed", "download"]
 
 _SUFFIXES = (".mar", ".tar.gz", ".tgz")
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
 _CHUNK = 64 * 1024
+_log = logging.getLogger(__name__)
 
 
 def check_allowed(url: str, allowed: Sequence[str]) -> None:
@@ -120,7 +124,14 @@ class _Job:
     """
 
     def __init__(
-        self, url: str, fd: int, tmp: Path, final: Path, max_bytes: int, timeout: float
+        self,
+        url: str,
+        fd: int,
+        tmp: Path,
+        final: Path,
+        max_bytes: int,
+        timeout: float,
+        stream: TextIO | None,
     ) -> None:
         self.url = url
         self.fd = fd
@@ -128,6 +139,7 @@ class _Job:
         self.final = final
         self.max_bytes = max_bytes
         self.timeout = timeout
+        self.stream = stream  # where a progress bar may be drawn; None: no progress at all
         self._lock = threading.Lock()
         self._cancelled = threading.Event()
         self._started = False
@@ -203,28 +215,36 @@ class _Job:
             declared = _content_length(response)
             if declared is not None and declared > self.max_bytes:
                 raise self._too_large(f"Content-Length is {declared} bytes")
-            total = 0
-            while True:
-                if self._cancelled.is_set():
-                    raise _Abandoned
-                try:
-                    chunk = response.read1(_CHUNK)
-                except (OSError, http.client.HTTPException) as exc:
-                    raise ArchiveError(400, f"Failed to download {url}: {_reason(exc)}") from None
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > self.max_bytes:
-                    raise self._too_large(f"the body is over {self.max_bytes} bytes")
-                try:
-                    out.write(chunk)
-                except OSError as exc:
-                    raise ArchiveError(500, f"Cannot write {self.final.name}: {exc}") from None
-            if declared is not None and total != declared:
-                raise ArchiveError(
-                    400,
-                    f"Failed to download {url}: the body ended after {total} of {declared} bytes",
-                )
+            name = self.final.name
+            # Lines go to the server's log; a bar only to a terminal (see _progress).
+            with Progress.on(
+                self.stream, f"downloading {name}", f"downloaded {name}", declared, emit=_log.info
+            ) as progress:
+                self._copy(response, out, progress)
+                if declared is not None and progress.done != declared:
+                    raise ArchiveError(
+                        400,
+                        f"Failed to download {url}: the body ended after {progress.done} of "
+                        f"{declared} bytes",
+                    )
+
+    def _copy(self, response: http.client.HTTPResponse, out: BinaryIO, progress: Progress) -> None:
+        while True:
+            if self._cancelled.is_set():
+                raise _Abandoned
+            try:
+                chunk = response.read1(_CHUNK)
+            except (OSError, http.client.HTTPException) as exc:
+                raise ArchiveError(400, f"Failed to download {self.url}: {_reason(exc)}") from None
+            if not chunk:
+                return
+            progress.advance(len(chunk))
+            if progress.done > self.max_bytes:
+                raise self._too_large(f"the body is over {self.max_bytes} bytes")
+            try:
+                out.write(chunk)
+            except OSError as exc:
+                raise ArchiveError(500, f"Cannot write {self.final.name}: {exc}") from None
 
     def _too_large(self, detail: str) -> ArchiveError:
         return ArchiveError(
@@ -256,6 +276,8 @@ async def download(
     *,
     max_bytes: int,
     timeout: float = 60.0,
+    progress: bool = True,
+    stream: TextIO | None = None,
 ) -> Path:
     """Download the archive at http(s) ``url`` into ``model_store`` and return its path.
 
@@ -268,6 +290,10 @@ async def download(
     connection error or a truncated body; 409 when the file is already in the store; 413
     for a body over ``max_bytes``; 500 for a local I/O failure. Nothing is left in the store
     on failure or cancellation.
+
+    With ``progress``, a large download shows its progress: a bar on ``stream`` (by default
+    ``sys.stderr``, where the server logs) when that is a terminal, otherwise a line logged
+    every 10 % or 10 s; every download logs a final line with its size and time.
     """
     try:
         parts = urlsplit(url)
@@ -280,7 +306,8 @@ async def download(
     name = _target_name(url)
 
     fd, tmp = await trio.to_thread.run_sync(_prepare, model_store, name)
-    job = _Job(url, fd, tmp, model_store / name, max_bytes, timeout)
+    shown = (stream if stream is not None else sys.stderr) if progress else None
+    job = _Job(url, fd, tmp, model_store / name, max_bytes, timeout, shown)
     try:
         return await trio.to_thread.run_sync(job.run, abandon_on_cancel=True)
     except BaseException:
