@@ -129,3 +129,20 @@ def test_missing_handlers_folder_is_a_clear_error(
     with pytest.raises(FileNotFoundError, match="demo handlers folder not found"):
         demo.build_demo_store(tmp_path / "store")
     assert not (tmp_path / "store").exists()
+
+
+def test_without_torch_the_torch_models_are_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-file binary runs where PyTorch may be missing: the classifier (whose weights
+    torch writes) is left out then, and the other demo models are built."""
+    monkeypatch.setattr(demo, "torch_available", lambda: False)
+    names = demo.build_demo_store(tmp_path)
+    assert names == [name for name in ALL if name != "classifier"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "echo.mar",
+        "stateful.mar",
+        "stateful_stream.mar",
+        "streaming.mar",
+        "textgen",
+    ]

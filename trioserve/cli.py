@@ -202,10 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         return archive_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "demo-store":
-        from trioserve.demo import build_demo_store
+        from trioserve.demo import DEMO_MODELS, build_demo_store
 
         names = build_demo_store(args.store, force=args.force)
         print(f"demo models in {args.store}: {', '.join(names)}")
+        if left_out := [name for name in DEMO_MODELS if name not in names]:
+            print(f"left out, they need PyTorch: {', '.join(left_out)}")
         return 0
     if args.stop or args.command == "stop":
         return stop_background()

@@ -18,12 +18,27 @@ from typing import Final
 
 from trioserve.archive import write_archive
 
-__all__ = ["DEMO_MODELS", "DEMO_VERSION", "FOLDER_MODELS", "build_demo_store", "handlers_dir"]
+__all__ = [
+    "DEMO_MODELS",
+    "DEMO_VERSION",
+    "FOLDER_MODELS",
+    "TORCH_MODELS",
+    "build_demo_store",
+    "handlers_dir",
+    "torch_available",
+]
 
 DEMO_VERSION: Final = "1.0"
 DEMO_MODELS: Final = ("echo", "classifier", "streaming", "stateful", "stateful_stream", "textgen")
 # Models that are folders in the store (MLServer's model-settings.json), not archives.
 FOLDER_MODELS: Final = frozenset({"textgen"})
+# Models whose build needs PyTorch: left out where it is not installed (the one-file binary
+# without torch in the environment, docs/binary.md).
+TORCH_MODELS: Final = frozenset({"classifier"})
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
 
 
 def handlers_dir() -> Path:
@@ -139,7 +154,8 @@ def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
 
     An archive already in the store (``<name>.mar``, or the folder ``textgen``) is kept as it
     is unless ``force`` is true, in which case it is rebuilt. The names come back in a fixed
-    order: ``["echo", "classifier", "streaming", "stateful", "stateful_stream", "textgen"]``.
+    order: ``["echo", "classifier", "streaming", "stateful", "stateful_stream", "textgen"]``,
+    less ``TORCH_MODELS`` when PyTorch is not installed (those are not built then).
     """
     handlers = handlers_dir()
     store = Path(store)
@@ -152,9 +168,10 @@ def build_demo_store(store: Path, *, force: bool = False) -> list[str]:
         "stateful_stream": _build_stateful_stream,
         "textgen": _copy_textgen,
     }
-    for name in DEMO_MODELS:
+    names = [n for n in DEMO_MODELS if n not in TORCH_MODELS or torch_available()]
+    for name in names:
         built = store / (name if name in FOLDER_MODELS else f"{name}.mar")
         if not force and built.exists():
             continue
         builders[name](handlers, store, force=force)
-    return list(DEMO_MODELS)
+    return names
