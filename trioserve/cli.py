@@ -19,6 +19,7 @@ from pathlib import Path
 
 from trioserve import __version__
 from trioserve.config import CliOptions, ConfigError, ServerConfig, load_config
+from trioserve.dev import command as dev
 from trioserve.launch import READY_FD_ENV, launch
 from trioserve.pythonpath import child_environment
 
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo-store", help="write the bundled demo models into a folder")
     demo.add_argument("store", type=Path)
     demo.add_argument("--force", action="store_true")
+    dev.add_arguments(sub.add_parser("dev", help=dev.HELP))
     return parser
 
 
@@ -212,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.stop or args.command == "stop":
         return stop_background()
     _setup_logging(args.log_level)
+    if args.command == "dev":
+        return dev.main(args, _report_ready)
     try:
         config = load_config(_cli_options(args), os.environ, Path.cwd())
     except ConfigError as exc:

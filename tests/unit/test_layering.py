@@ -92,6 +92,7 @@ LAYERS = {
     "trioserve.server": ("wiring", 3),
     "trioserve.assembly": ("wiring", 3),
     "trioserve.cli": ("wiring", 3),
+    "trioserve.dev": ("wiring", 3),
     "trioserve.__main__": ("wiring", 3),
 }
 FRAMEWORKS = {

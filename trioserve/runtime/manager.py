@@ -139,6 +139,13 @@ class ModelManager:
             loaded = await trio.to_thread.run_sync(self._unpack, source)
         except archive.ArchiveError as exc:
             raise archive_error(exc) from None
+        return await self.register_loaded(options, loaded)
+
+    async def register_loaded(
+        self, options: RegisterOptions, loaded: archive.LoadedArchive
+    ) -> ModelVersion:
+        """:meth:`register` for a model already read (``trioserve dev`` reads its files in
+        place); from here ``loaded`` is the manager's, removed with the model if extracted."""
         try:
             model = await self._start(options, loaded)
         except BaseException:
