@@ -31,6 +31,14 @@ PATHS = [
     "/api-description",
     "/predictionsx/m",
     "/other/m",
+    "/v1/models",
+    "/v1/models/m",
+    "/v1/models/m:predict",
+    "/v1/models/m:explain",
+    "/v1/models/m.v2-x:predict",
+    "/v1/models/:predict",
+    "/v1/models/m:other",
+    "/v1/models/m/extra",
 ]
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 

@@ -21,7 +21,7 @@ from trioserve.core.errors import ServeError
 from trioserve.core.http1 import Request
 from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
-from trioserve.http import oip
+from trioserve.http import kserve, oip
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.common import answer_response, json_response, new_app
 from trioserve.http.errors import error_answer, http_status
@@ -35,7 +35,7 @@ from trioserve.runtime.management import ManagementService
 # Methods TorchServe accepts on prediction routes (everything but OPTIONS).
 PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 # Request headers never shown to handlers.
-HIDDEN_HEADERS = frozenset({b"authorization"})
+HIDDEN_HEADERS = kserve.HIDDEN_HEADERS  # credentials, the v1 marker
 # Bodies whose fields become the handler's inputs (parsed by Quart).
 FORMS = frozenset({"multipart/form-data", "application/x-www-form-urlencoded"})
 
@@ -58,6 +58,7 @@ ROUTES = RouteTable(
         *_prediction_routes("predictions"),
         *_prediction_routes("explanations"),
         *oip.OIP_ROUTES,
+        *kserve.V1_ROUTES,
     ],
     default_key=KeyKind.INFERENCE,
 )
@@ -201,9 +202,10 @@ def fast_path(
         if matched is None:
             return None
         route, variables = matched
-        is_oip = route.endpoint in oip.OIP_ENDPOINTS
+        # KServe's protocols (v2 and v1) answer {"error"} bodies and read no forms.
+        kserve_api = route.endpoint in oip.OIP_ENDPOINTS or route.endpoint in kserve.V1_ENDPOINTS
         content_type = request.header(b"content-type")
-        if not is_oip and content_type is not None and _mimetype(content_type) in FORMS:
+        if not kserve_api and content_type is not None and _mimetype(content_type) in FORMS:
             return None  # Quart parses forms
         if tokens is not None:
             try:
@@ -213,8 +215,12 @@ def fast_path(
                     ((n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers),
                 )
             except ServeError as error:
-                return oip.oip_error(error) if is_oip else error_answer(error)
-        if is_oip:
+                return oip.oip_error(error) if kserve_api else error_answer(error)
+        if route.endpoint in kserve.V1_ENDPOINTS:
+            return await kserve.answer(
+                dataplane, route.endpoint, variables, request.headers, request.body
+            )
+        if kserve_api:
             return await oip.answer(
                 dataplane, route.endpoint, variables, request.headers, request.body, management
             )
@@ -238,7 +244,7 @@ def fast_path(
 def error_for_path(error: ServeError, path: str | None) -> Answer:
     """The inference port's answer to a failure: the OIP error body on an OIP path,
     TorchServe's elsewhere (and when the path is unknown)."""
-    if path is not None and oip.is_oip_path(path):
+    if path is not None and (oip.is_oip_path(path) or kserve.is_v1_path(path)):
         return oip.oip_error(error)
     return error_answer(error)
 
@@ -294,10 +300,19 @@ def create_inference_app(
 
         return view
 
+    async def v1_view(**variables: str) -> Response:
+        body = await request.get_data(cache=False)
+        assert isinstance(body, bytes)
+        endpoint = request.endpoint or ""
+        return answer_response(
+            await kserve.answer(dataplane, endpoint, variables, request.scope["headers"], body)
+        )
+
     ROUTES.install(
         app,
         {
             **{endpoint: oip_view(endpoint) for endpoint in oip.OIP_ENDPOINTS},
+            **dict.fromkeys(kserve.V1_ENDPOINTS, v1_view),
             "ping": ping,
             "api_description": api_description,
             "predictions": prediction_view(explain=False),

@@ -75,15 +75,18 @@ class RouteTable:
                 )
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
-        """The fast route answering ``method path`` and its variables, or None.
+        """The fast route answering ``method path`` and its variables, or None: the first
+        that fits both, as werkzeug picks (``GET /v1/models/m:predict`` is the model ``m:predict``
+        of ``/v1/models/<model_name>``, not a wrong method for ``:predict``).
 
         Raw paths with percent-escapes are left alone (the app decodes them)."""
         if "%" in path:
             return None
         for route, pattern in self._fast.get(_first_segment(path), ()):
-            found = pattern.match(path)
-            if found is not None:
-                return (route, found.groupdict()) if method in route.methods else None
+            if method in route.methods:
+                found = pattern.match(path)
+                if found is not None:
+                    return route, found.groupdict()
         return None
 
     def authorize(

@@ -20,10 +20,9 @@ Frames in (server -> worker) and what the worker does:
   straight from the frame reader to the handler thread, which also writes its answer (see
   :meth:`WorkerLoop._batch_in_thread`): trio's thread is woken once per batch (the frame coming
   in), not three times.
-* CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True.
-* PING ``{n}``: PONG ``{n}`` at once, even while a handler runs.
-* SHUTDOWN: batches already received are finished, then the worker exits 0. A BATCH after
-  SHUTDOWN is answered at once with 503.
+* CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True. PING ``{n}``:
+  PONG ``{n}`` at once, even while a handler runs. SHUTDOWN: batches already received are
+  finished, then the worker exits 0; a BATCH after SHUTDOWN is answered at once with 503.
 
 End of stream or a socket error ends the process at once (``os._exit``), even while a handler
 runs, as does the death of the parent process (checked every half second).
@@ -55,7 +54,7 @@ from trioserve.core.messages import (
     encode_load_result,
     encode_reply,
 )
-from trioserve.worker import oip
+from trioserve.worker import kserve
 from trioserve.worker.batch import Entry, prepare, run_batch
 from trioserve.worker.cancellation import CancelBook
 from trioserve.worker.codec import decode_enabled
@@ -96,8 +95,7 @@ def _nothing() -> None:
 
 
 class WorkerLoop:
-    """The worker process's trio side: reads frames, answers PING and CANCEL at once, and
-    hands the LOAD and each BATCH to the handler thread."""
+    """The worker's trio side: reads frames, answers PING and CANCEL, hands LOAD and BATCH on."""
 
     def __init__(
         self,
@@ -123,6 +121,7 @@ class WorkerLoop:
         self._direct = False
         self.context: Context | None = None
         self.entry: Entry | MLModelRunner | None = None
+        self._envelope: str | None = None  # the loaded model's request envelope
         self._metrics_sent_at = -math.inf  # time.monotonic() of the last METRICS frame
 
     # -- the task tree ------------------------------------------------------------------------
@@ -320,7 +319,7 @@ class WorkerLoop:
             )
             await self.send(encode_load_result(code, message))
             return False
-        self.context = context
+        self.context, self._envelope = context, spec.envelope
         self.entry = cast("Entry | MLModelRunner", result.unwrap())
         await self.send(encode_load_result(200, "loaded"))
         await self._send_metrics()
@@ -352,8 +351,9 @@ class WorkerLoop:
             return error_reply(batch.batch_id, 503, "every request was cancelled before it ran")
         channel = IntermediateChannel(batch.batch_id, self._send_from_thread)
         try:
-            if any(oip.is_oip(item) for item in batch.items):
-                return oip.run_batch(
+            runner = kserve.rows_runner(batch.items, self._envelope)  # v1 or OIP requests
+            if runner is not None:
+                return runner(
                     entry,
                     context,
                     batch.batch_id,
