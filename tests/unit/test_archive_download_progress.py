@@ -9,7 +9,7 @@ import os
 import re
 import termios
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -102,10 +102,28 @@ class _Terminal:
             self._chunks.append(data)
 
     def shown(self) -> str:
-        self.stream.close()
-        self._reader.join(10)
-        os.close(self._master)
+        self.close()
         return b"".join(self._chunks).decode()
+
+    def close(self) -> None:
+        if not self.stream.closed:
+            self.stream.close()
+            self._reader.join(10)
+            os.close(self._master)
+
+
+@pytest.fixture
+def terminal() -> Iterator[Callable[[], _Terminal]]:
+    """Opens pseudo-terminals; each is closed at the end, even when a test fails early."""
+    opened: list[_Terminal] = []
+
+    def open_one() -> _Terminal:
+        opened.append(_Terminal())
+        return opened[-1]
+
+    yield open_one
+    for one in opened:
+        one.close()
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -128,12 +146,12 @@ async def _get(base: str, name: str, store: Path, **kwargs: Any) -> Path:
 
 
 async def test_terminal_gets_a_bar_and_the_log_the_final_line(
-    base: str, store: Path, caplog: pytest.LogCaptureFixture
+    base: str, store: Path, caplog: pytest.LogCaptureFixture, terminal: Callable[[], _Terminal]
 ) -> None:
     caplog.set_level(logging.INFO, LOGGER)
-    terminal = _Terminal()
-    path = await _get(base, "big.mar", store, stream=terminal.stream)
-    shown = terminal.shown()
+    tty = terminal()
+    path = await _get(base, "big.mar", store, stream=tty.stream)
+    shown = tty.shown()
     assert path.stat().st_size == BIG
     assert "downloading big.mar: 100%|" in shown
     assert "12.0M/12.0M" in shown
@@ -156,16 +174,16 @@ async def test_a_log_file_gets_lines_every_ten_percent(
 
 
 async def test_unknown_size_and_small_files_log_the_final_line_only(
-    base: str, store: Path, caplog: pytest.LogCaptureFixture
+    base: str, store: Path, caplog: pytest.LogCaptureFixture, terminal: Callable[[], _Terminal]
 ) -> None:
     caplog.set_level(logging.INFO, LOGGER)
     await _get(base, "unsized.mar", store, stream=io.StringIO())
     # no percentages without a size; a line every 10 s, and this took less
     assert [m.split(" in ")[0] for m in _messages(caplog)] == ["downloaded unsized.mar: 12.0 MiB"]
     caplog.clear()
-    terminal = _Terminal()
-    await _get(base, "small.mar", store, stream=terminal.stream)
-    assert terminal.shown() == ""  # no bar for 1000 bytes
+    tty = terminal()
+    await _get(base, "small.mar", store, stream=tty.stream)
+    assert tty.shown() == ""  # no bar for 1000 bytes
     assert [m.split(" in ")[0] for m in _messages(caplog)] == ["downloaded small.mar: 1000 B"]
 
 
@@ -180,15 +198,19 @@ async def test_a_failed_download_has_no_final_line(
 
 
 async def test_progress_can_be_silenced(
-    base: str, store: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    base: str,
+    store: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    terminal: Callable[[], _Terminal],
 ) -> None:
     caplog.set_level(logging.INFO, LOGGER)
-    terminal = _Terminal()
-    await _get(base, "big.mar", store, stream=terminal.stream, progress=False)
-    assert terminal.shown() == ""
+    tty = terminal()
+    await _get(base, "big.mar", store, stream=tty.stream, progress=False)
+    assert tty.shown() == ""
     monkeypatch.setenv(ENV, "0")
     (store / "big.mar").unlink()
-    terminal = _Terminal()
-    await _get(base, "big.mar", store, stream=terminal.stream)
-    assert terminal.shown() == ""
+    tty = terminal()
+    await _get(base, "big.mar", store, stream=tty.stream)
+    assert tty.shown() == ""
     assert _messages(caplog) == []
