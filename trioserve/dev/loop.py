@@ -139,19 +139,16 @@ class DevLoop:
         self._current: tuple[str, str] | None = None  # the registered (name, version)
         self._announced: str | None = None  # the curl line printed last
 
-    async def run(
-        self, shutdown: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Load the model (then report started, loaded or not), then reload it on every
-        edit, until ``shutdown`` is set."""
+    async def run(self, shutdown: trio.Event, first_load_done: Callable[[], None]) -> None:
+        """Load the model (then call ``first_load_done``, loaded or not), then reload it on
+        every edit, until ``shutdown`` is set, which also ends a load in progress."""
         send, receive = trio.open_memory_channel[set[str]](math.inf)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_when_set, shutdown, nursery.cancel_scope)
             nursery.start_soon(self._watch, send, shutdown)
             await self.reload(first=True)
-            task_status.started()
+            first_load_done()
             nursery.start_soon(self._reloads, receive)
-            await shutdown.wait()
-            nursery.cancel_scope.cancel()
 
     async def _watch(self, send: trio.MemorySendChannel[set[str]], stop: trio.Event) -> None:
         def wanted(_change: watchfiles.Change, path: str) -> bool:
@@ -236,6 +233,11 @@ class DevLoop:
             self._say(curl)
 
 
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 def say(line: str) -> None:
     print(line, file=sys.stdout, flush=True)
 
@@ -249,8 +251,8 @@ async def _serve_dev(
         key = await trio.to_thread.run_sync(inference_key, config)
         bound = info.bound["inference"][0]
         loop = DevLoop(options, target, info.manager, bound=bound, key=key, say=say)
-        await nursery.start(loop.run, shutdown)
-        ready("READY " + " ".join(f"{k}={','.join(v)}" for k, v in info.bound.items()))
+        report = "READY " + " ".join(f"{k}={','.join(v)}" for k, v in info.bound.items())
+        await loop.run(shutdown, partial(ready, report))
 
 
 def run_dev(
