@@ -63,6 +63,8 @@ class Server:
     grpc_inference_port: int = 0
     grpc_management_port: int = 0
     tokens: bool = False
+    # How to run trioserve; the one-file binary's test runs ``python3 trioserve.pyz``.
+    command: list[str] = field(default_factory=lambda: [sys.executable, "-m", "trioserve"])
 
     @property
     def grpc_target(self) -> str:
@@ -117,8 +119,7 @@ class Server:
         config = self.workdir / "config.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         launched = launch(
-            [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config",
-             str(config)],
+            [*self.command, "start", "--foreground", "--ts-config", str(config)],
             log_path=self.workdir / "server.log",
             cwd=self.workdir,
             env={**os.environ, **self.env},
