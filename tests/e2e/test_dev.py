@@ -41,6 +41,14 @@ def handle(data, context):
     return answers
 """
 
+HANGS = """\
+import time
+
+
+def handle(data, context):
+    time.sleep(60)
+"""
+
 RUNTIME = """\
 from mlserver import MLModel
 from mlserver.codecs import StringCodec
@@ -172,6 +180,15 @@ def test_a_handler_file_reloads_on_edits_and_survives_a_broken_one(tmp_path: Pat
         running.wait_for("[dev] reloaded handler in", count=2)
         assert predict().text == "v3"
         assert call_curl_line(curl) == "v3"  # the printed line still works
+
+        # An edit while a load hangs: the load is dropped and the new code loads at once.
+        handler.write_text(HANGS)
+        running.wait_for("[dev] changed: ", count=4)
+        time.sleep(0.3)
+        handler.write_text(HANDLER.format(answer="v4"))
+        running.wait_for("[dev] reloaded handler in", count=3, timeout=20)
+        assert "[dev] newer edits came while handler was loading" in running.log
+        assert predict().text == "v4"
         stops_cleanly(running, signal.SIGINT)
 
 

@@ -7,7 +7,14 @@ import shlex
 from pathlib import PurePath
 
 from trioserve.archive import TensorDeclaration
-from trioserve.dev.announce import changed, curl_command, load_failed, oip_body, reloaded
+from trioserve.dev.announce import (
+    changed,
+    curl_command,
+    load_failed,
+    oip_body,
+    reloaded,
+    superseded,
+)
 
 
 def test_the_curl_line_of_a_handler_carries_the_key_and_the_sample() -> None:
@@ -68,6 +75,7 @@ def test_an_mlserver_model_gets_an_oip_request_built_from_its_inputs() -> None:
 
 def test_status_lines() -> None:
     assert reloaded("m", 0.42) == "[dev] reloaded m in 0.4 s"
+    assert superseded("m") == "[dev] newer edits came while m was loading: reloading again"
     assert load_failed("SyntaxError: bad\n  File x\n") == (
         "[dev] load failed: SyntaxError: bad\n      File x"
     )

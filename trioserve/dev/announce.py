@@ -100,6 +100,10 @@ def loaded(name: str, seconds: float) -> str:
     return f"{PREFIX} loaded {name} in {seconds:.1f} s"
 
 
+def superseded(name: str) -> str:
+    return f"{PREFIX} newer edits came while {name} was loading: reloading again"
+
+
 def load_failed(reason: str) -> str:
     """The failure's first line stands out; the rest (a traceback) follows indented."""
     first, *rest = reason.strip().splitlines() or ["unknown error"]
@@ -114,4 +118,13 @@ def changed(paths: Collection[str], shown: int = 3) -> str:
     return f"{PREFIX} changed: {text}; reloading"
 
 
-__all__ = ["curl_command", "load_failed", "loaded", "oip_body", "reloaded", "serving"]
+__all__ = [
+    "changed",
+    "curl_command",
+    "load_failed",
+    "loaded",
+    "oip_body",
+    "reloaded",
+    "serving",
+    "superseded",
+]

@@ -131,13 +131,14 @@ class DevLoop:
     ) -> None:
         self.options = options
         self.folder = Path(target.folder)
-        self._target = target
         self._manager = manager
         self._bound = bound
         self._key = key
         self._say = say
         self._current: tuple[str, str] | None = None  # the registered (name, version)
         self._announced: str | None = None  # the curl line printed last
+        self._settling: trio.CancelScope | None = None  # the wait for a load to end
+        self._stale = False  # edits came since this reload began
 
     async def run(self, shutdown: trio.Event, first_load_done: Callable[[], None]) -> None:
         """Load the model (then call ``first_load_done``, loaded or not), then reload it on
@@ -165,6 +166,9 @@ class DevLoop:
             paths = lasting_changes((change.name, self._relative(path)) for change, path in changes)
             if paths:
                 send.send_nowait(paths)
+                self._stale = True
+                if self._settling is not None:  # a load in progress is out of date
+                    self._settling.cancel()
 
     def _relative(self, path: str) -> str:
         return os.path.relpath(path, self.folder)
@@ -183,6 +187,7 @@ class DevLoop:
         """Stop the model's worker, read the folder again, start a new worker; say how it
         went. Returns the model version registered (None if its files were refused)."""
         began = trio.current_time()
+        self._stale = False
         if self._current is not None:
             name, version = self._current
             self._current = None
@@ -198,11 +203,21 @@ class DevLoop:
                 loaded,
             )
         except (DevError, archive.ArchiveError, ServeError, OSError) as exc:
-            self._say(announce.load_failed(getattr(exc, "message", None) or str(exc)))
+            self._say(
+                announce.load_failed(exc.message if isinstance(exc, ServeError) else str(exc))
+            )
             return None
         self._current = (model.name, model.version)
         self._announce(target, model, loaded)
-        await model.wait_settled()
+        settling = self._settling = trio.CancelScope()
+        if self._stale:
+            settling.cancel()
+        with settling:
+            await model.wait_settled()
+        self._settling = None
+        if settling.cancelled_caught:
+            self._say(announce.superseded(model.name))
+            return model
         if model.ready_workers == 0:
             reason = next((w.last_error for w in model.workers if w.last_error), "unknown error")
             self._say(announce.load_failed(reason))
