@@ -75,6 +75,14 @@ def _inference_key(config: ServerConfig) -> str | None:
         return None
 
 
+def _compact(body: bytes) -> str:
+    """A JSON body on one line (trioserve indents its answers)."""
+    try:
+        return json.dumps(json.loads(body), separators=(", ", ": "))
+    except ValueError:
+        return body.decode("utf-8", "replace").strip()
+
+
 def ping(config: ServerConfig) -> tuple[int, str]:
     """The status and body of ``GET /ping`` on the inference address."""
     headers = {}
@@ -85,7 +93,7 @@ def ping(config: ServerConfig) -> tuple[int, str]:
     try:
         connection.request("GET", "/ping", headers=headers)
         response = connection.getresponse()
-        return response.status, response.read().decode("utf-8", "replace").strip()
+        return response.status, _compact(response.read())
     finally:
         connection.close()
 

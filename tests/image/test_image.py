@@ -105,16 +105,15 @@ class Served:
         return f"http://127.0.0.1:{self.ports['inference']}{path}"
 
 
-def _server_process(parent: int, deadline: float) -> psutil.Process:
+def _server_process(parent: int, entrypoint: list[str], deadline: float) -> psutil.Process:
+    """trioserve's own process: ``buildah-chroot-exec`` (its parent) has the same arguments."""
     while time.monotonic() < deadline:
         for child in psutil.Process(parent).children(recursive=True):
             try:
                 cmdline = child.cmdline()
             except psutil.NoSuchProcess:
                 continue
-            if cmdline[-3:] == ["/opt/trioserve/bin/trioserve", "start", "--foreground"]:
-                return child
-            if cmdline[-2:] == ["start", "--foreground"] and "trioserve" in " ".join(cmdline):
+            if cmdline[-len(entrypoint) :] == entrypoint and "python" in Path(cmdline[0]).name:
                 return child
         time.sleep(0.1)
     raise AssertionError("the trioserve process did not appear under buildah run")
@@ -180,7 +179,7 @@ def served(image: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> I
             text=True,
         )
         deadline = started + START_TIMEOUT
-        server = _server_process(process.pid, deadline)
+        server = _server_process(process.pid, image["Entrypoint"], deadline)
         key: str | None = None
         status = 0
         while time.monotonic() < deadline and process.poll() is None:
@@ -224,6 +223,34 @@ def test_image_configuration(image: dict[str, Any]) -> None:
         "/opt/trioserve/healthcheck.py",
     ]
     assert f"TS_CONFIG_FILE={HOME}/config.properties" in image["Env"]
+
+
+def test_default_config_listens_on_every_interface(served: Served) -> None:
+    """The image's config as the server reads it, without the test's TS_* overrides."""
+    script = (
+        "import os, pathlib; from trioserve.config import CliOptions, load_config; "
+        "c = load_config(CliOptions(), os.environ, pathlib.Path.cwd()); "
+        "print(c.inference_address, c.management_address, c.metrics_address, "
+        "c.grpc_inference_address, c.grpc_inference_port, c.grpc_management_address, "
+        "c.grpc_management_port, c.model_store, c.load_models, c.key_file, "
+        "c.disable_token_authorization, c.enable_model_api)"
+    )
+    shown = buildah("run", "--isolation", "chroot", served.container, "--", "python", "-c", script)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [
+        "http://0.0.0.0:8080",
+        "http://0.0.0.0:8081",
+        "http://0.0.0.0:8082",
+        "0.0.0.0",
+        "7070",
+        "0.0.0.0",
+        "7071",
+        f"{HOME}/model-store",
+        "('all',)",
+        f"{HOME}/key_file.json",
+        "False",
+        "False",
+    ]
 
 
 def test_runs_as_model_server_with_a_private_key_file(served: Served) -> None:
