@@ -20,6 +20,7 @@ cffi, pydantic-core, ...), so it runs only on this platform and this Python mino
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -110,30 +111,105 @@ def stage(
     extras: list[str],
     constraints: Path | None,
     pip_args: list[str],
+    other_versions: list[str],
     quiet: bool,
 ) -> Path:
     site = work / "site-packages"
-    requirement = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
-    cmd = [python, "-m", "pip", "install", "--target", str(site), "--no-compile"]
-    if constraints is not None:
-        cmd += ["--constraint", str(constraints)]
-    _run([*cmd, *pip_args, requirement], quiet=quiet)
-    # Console scripts written for the build interpreter: of no use inside the zipapp.
-    shutil.rmtree(site / "bin", ignore_errors=True)
+
+    def install(target: Path, *what: str) -> None:
+        cmd = [python, "-m", "pip", "install", "--target", str(target), "--no-compile"]
+        if constraints is not None:
+            cmd += ["--constraint", str(constraints)]
+        _run([*cmd, *pip_args, *what], quiet=quiet)
+        # Console scripts written for the build interpreter: of no use in the zipapp.
+        shutil.rmtree(target / "bin", ignore_errors=True)
+
+    install(site, f"{wheel}[{','.join(extras)}]" if extras else str(wheel))
+    requires = requirements(site, extras)
+    for version in other_versions:
+        # The same dependencies' wheels for another Python, merged in: their compiled
+        # modules carry the Python version in their file names (cpython-312-...so), so the
+        # versions' files sit side by side and each Python imports its own.
+        extra = work / f"site-packages-{version}"
+        for_version = ("--python-version", version, "--only-binary=:all:", "--implementation=cp")
+        install(extra, *for_version, *requires)
+        _merge(extra, site, version)
     shutil.copytree(REPO / "handlers", site / "handlers", ignore=DEMO_SKIP)
     return site
 
 
-def pack(python: str, site: Path, output: Path, *, quiet: bool) -> None:
+def requirements(site: Path, extras: list[str]) -> list[str]:
+    """trioserve's own requirements (with ``extras``), from the staged wheel's metadata."""
+    (metadata,) = site.glob("trioserve-*.dist-info/METADATA")
+    found = []
+    for line in metadata.read_text().splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        spec, _, marker = line.removeprefix("Requires-Dist:").strip().partition(";")
+        extra = re.fullmatch(r"""\s*extra\s*==\s*["']([^"']+)["']\s*""", marker)
+        if extra is None:
+            found.append(line.removeprefix("Requires-Dist:").strip())
+        elif extra[1] in extras:
+            found.append(spec.strip())
+    return found
+
+
+def _merge(extra: Path, site: Path, version: str) -> None:
+    """Add ``extra``'s files to ``site``; the same distributions must have the same versions
+    (a distribution only one Python needs comes in whole)."""
+    ours = {d.name.split("-")[0].lower(): d.name for d in site.glob("*.dist-info")}
+    for dist in extra.glob("*.dist-info"):
+        mine = ours.get(dist.name.split("-")[0].lower())
+        if mine is not None and mine != dist.name:
+            sys.exit(f"Python {version} got {dist.name} where the build has {mine}: pin them")
+    for path in sorted(extra.rglob("*")):
+        target = site / path.relative_to(extra)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        elif not target.exists():
+            shutil.copy2(path, target)
+
+
+PREAMBLE = """\
+# Run by shiv's bootstrap before trioserve.cli:main (written by scripts/build_binary.py).
+import sys
+import sysconfig
+
+VERSIONS = {versions!r}
+PLATFORM = {platform!r}
+mine = "%d.%d" % sys.version_info[:2]
+if mine not in VERSIONS or sysconfig.get_platform() != PLATFORM:
+    sys.exit(
+        f"trioserve.pyz holds compiled modules for Python {{', '.join(VERSIONS)}} on "
+        f"{{PLATFORM}}; {{sys.executable}} is Python {{mine}} on {{sysconfig.get_platform()}}. "
+        "Run it with one of those, or build it for this one (docs/binary.md)."
+    )
+"""
+
+
+def pack(
+    python: str, site: Path, output: Path, work: Path, *, versions: list[str], quiet: bool
+) -> None:
     if not _has(python, "shiv"):
         sys.exit(f"shiv is not installed in {python}: pip install shiv (in trioserve's dev extra)")
     output.parent.mkdir(parents=True, exist_ok=True)
+    platform = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_platform())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    preamble = work / "check_python.py"
+    preamble.write_text(PREAMBLE.format(versions=tuple(versions), platform=platform))
+    # Written under another name, then renamed: a half-written file never stands at the
+    # output path.
     partial = output.with_name(output.name + ".partial")
     # --site-packages: our staged folder as it is (shiv runs no pip of its own then).
     # The bootstrap extracts it to $SHIV_ROOT or ~/.shiv/<name>_<build id> on first run and
     # puts it on sys.path ahead of the interpreter's site-packages, which stay on the path:
     # torch installed for that python3 is importable. --reproducible: fixed timestamps, so
     # the same inputs give the same file and the same build id (the content hash).
+    # --preamble: a clear message, instead of an ImportError later, on the wrong Python.
     cmd = [
         python,
         "-m",
@@ -144,13 +220,13 @@ def pack(python: str, site: Path, output: Path, *, quiet: bool) -> None:
         ENTRY_POINT,
         "--python",
         SHEBANG,
+        "--preamble",
+        str(preamble),
         "--reproducible",
         "--output-file",
         str(partial),
     ]
     _run(cmd, quiet=quiet)
-    # The build id names the extraction folder; a half-written zipapp must never stand at
-    # the output path under the final name.
     partial.replace(output)
 
 
@@ -180,10 +256,19 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="extra argument for pip install (repeat; e.g. --pip-arg=--index-url=URL)",
     )
+    parser.add_argument(
+        "--python-versions",
+        default="",
+        help="comma-separated X.Y: also bundle the dependencies' compiled modules for these "
+        "Pythons (the build interpreter's version is always in)",
+    )
     parser.add_argument("--verbose", action="store_true", help="show pip's and shiv's output")
     args = parser.parse_args(argv)
     extras = [name.strip() for name in args.extras.split(",") if name.strip()]
     quiet = not args.verbose
+    own = _version(args.python)
+    versions = [own, *(v.strip() for v in args.python_versions.split(",") if v.strip())]
+    others = sorted(set(versions) - {own}, key=versions.index)
     began = time.monotonic()
     output = args.output.resolve()
     with tempfile.TemporaryDirectory(prefix="trioserve-binary-") as tmp:
@@ -197,14 +282,15 @@ def main(argv: list[str] | None = None) -> int:
             extras=extras,
             constraints=constraints,
             pip_args=args.pip_arg,
+            other_versions=others,
             quiet=quiet,
         )
-        pack(args.python, site, output, quiet=quiet)
+        pack(args.python, site, output, work, versions=[own, *others], quiet=quiet)
     size = output.stat().st_size
     print(
         f"built {output} ({size / 2**20:.1f} MiB, {size} bytes) "
         f"in {time.monotonic() - began:.1f} s; "
-        f"it runs on this platform with Python {_version(args.python)}"
+        f"it runs on this platform with Python {', '.join([own, *others])}"
     )
     return 0
 

@@ -9,10 +9,13 @@ links to torch and its own dependencies only: torch "from the environment".
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import runpy
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from importlib.metadata import distribution
 from pathlib import Path
@@ -31,6 +34,7 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 HANDLERS = Path(__file__).parent / "handlers"
 SAMPLE = REPO / "handlers" / "classifier" / "sample.json"
+BUILD_SCRIPT = REPO / "scripts" / "build_binary.py"
 # What trioserve needs at run time: none of it may be importable by the bare Pythons.
 NOT_THERE = ("trioserve", "trio", "hypercorn", "quart_trio", "pydantic", "grpclib", "cffi")
 
@@ -87,7 +91,7 @@ def _torch_only(folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("binary") / "trioserve.pyz"
-    build = [sys.executable, str(REPO / "scripts" / "build_binary.py"), "-o", str(out)]
+    build = [sys.executable, str(BUILD_SCRIPT), "-o", str(out)]
     done = subprocess.run(build, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"built {out}" in done.stdout
@@ -288,3 +292,20 @@ def test_background_start_and_stop(
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr + log.read_text()
     assert children != []  # the worker
     assert wait_gone([pid, *children]) == []
+
+
+def test_the_wrong_python_is_told_so(tmp_path: Path) -> None:
+    """The zipapp's preamble (run by shiv before trioserve) refuses a Python or platform it
+    holds no compiled modules for, with a message that says which ones it has."""
+    spec = importlib.util.spec_from_file_location("build_binary", BUILD_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for versions, platform in [(("2.7",), sysconfig.get_platform()), ((mine,), "plan9-mips")]:
+        preamble = tmp_path / "check_python.py"
+        preamble.write_text(script.PREAMBLE.format(versions=versions, platform=platform))
+        with pytest.raises(SystemExit, match=r"trioserve\.pyz holds compiled modules for Python"):
+            runpy.run_path(str(preamble), run_name="__main__")
+    preamble.write_text(script.PREAMBLE.format(versions=(mine,), platform=sysconfig.get_platform()))
+    runpy.run_path(str(preamble), run_name="__main__")  # this one passes
