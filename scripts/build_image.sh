@@ -39,7 +39,8 @@ default_wheel=$(ls /opt/wheels/torch-*+cpu-*.whl 2>/dev/null | head -n 1 || true
 TORCH_WHEEL=${TORCH_WHEEL-$default_wheel}
 if [ -n "$TORCH_WHEEL" ]; then
     staged="docker/wheels/$(basename "$TORCH_WHEEL")"
-    trap 'rm -f "$staged"' EXIT INT TERM
+    trap 'rm -f "$staged"' EXIT
+    trap 'exit 130' INT TERM
     ln -f "$TORCH_WHEEL" "$staged" 2>/dev/null || cp "$TORCH_WHEEL" "$staged"
     say "installing torch from $TORCH_WHEEL"
 fi
@@ -63,7 +64,7 @@ command -v buildah >/dev/null 2>&1 || {
     say "neither a usable docker daemon nor buildah"
     exit 1
 }
-# buildah's built-in default ulimits cannot always be applied (inside a sandbox): none.
+# No default ulimits for RUN steps (docker/buildah-containers.conf says why).
 CONTAINERS_CONF=$(pwd)/docker/buildah-containers.conf
 export CONTAINERS_CONF
 
