@@ -169,13 +169,15 @@ def downloader(config: ServerConfig) -> Callable[[str], Awaitable[Path]] | None:
 
 
 def create_tokens(config: ServerConfig) -> TokenStore | None:
-    """The key file (mode 0600), unless token authorization is disabled."""
+    """The server's keys, in memory, unless token authorization is disabled.
+
+    The server writes them to the key file (:meth:`TokenStore.publish`) once it has bound
+    every listener.
+    """
     if config.disable_token_authorization:
         return None
     path = config.key_file or Path.cwd() / "key_file.json"
-    store = TokenStore.create(path, expiration_min=config.token_expiration_min)
-    log.info("token authorization is on: keys are in %s", path)
-    return store
+    return TokenStore(path, expiration_min=config.token_expiration_min)
 
 
 def warn_about_settings(config: ServerConfig) -> None:

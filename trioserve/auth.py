@@ -180,9 +180,26 @@ class TokenStore:
         self._write(keys)
         self._keys = keys
 
+    def publish(self) -> None:
+        """Write the keys to the file (mode 0600, atomically), as :meth:`create` does.
+
+        The server calls this once every listener is bound, so a server that fails to start
+        (a port in use) never replaces the file of one that is running.
+        """
+        self._write(self._keys)
+
     def remove_file(self) -> None:
-        """Delete the key file (``torchserve --stop``); a missing file is fine."""
-        self.path.unlink(missing_ok=True)
+        """Delete the key file at shutdown, if it still holds this store's keys.
+
+        A missing file is fine; a file that another server has written since is left alone.
+        """
+        try:
+            held = json.loads(self.path.read_text(encoding="utf-8"))
+            mine = held[KeyKind.API.value]["key"] == self._keys[KeyKind.API].value
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        if mine:
+            self.path.unlink(missing_ok=True)
 
     # -- internals -------------------------------------------------------------------------
 

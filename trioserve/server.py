@@ -234,7 +234,7 @@ async def serve(
     launcher = launcher or make_launcher(config)
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
     warn_about_settings(config)
-    tokens = await trio.to_thread.run_sync(create_tokens, config)  # writes and fsyncs a file
+    tokens = create_tokens(config)  # in memory; published once every listener is bound
     # Blocking at start (nvidia-smi, reading PEM files): in a thread, once.
     gpus = await trio.to_thread.run_sync(server_gpus, config)
     tls = await trio.to_thread.run_sync(load_tls, config)
@@ -294,6 +294,9 @@ async def serve(
                         )
                     )
                 )
+                if tokens is not None:  # writes and fsyncs the key file
+                    await trio.to_thread.run_sync(tokens.publish)
+                    log.info("token authorization is on: keys are in %s", tokens.path)
                 task_status.started(ServerInfo(bound=bound, manager=manager, problems=problems))
                 log.info(
                     "trioserve ready: %s",

@@ -140,6 +140,26 @@ def test_wrong_tokens_are_refused_on_every_protected_port(make_server) -> None: 
     assert [m["modelName"] for m in r.json()["models"]] == ["control"]
 
 
+def test_a_server_that_fails_to_start_leaves_the_running_ones_key_file(make_server) -> None:  # type: ignore[no-untyped-def]
+    first: Server = make_server(tokens=True)
+    first.start()
+    key_file = first.workdir / "key_file.json"
+    published = key_file.read_bytes()
+    # A second server in the same folder whose inference port is the first one's: it fails
+    # to bind, and must neither replace nor delete the running server's keys.
+    second: Server = make_server(
+        tokens=True, properties={"inference_address": f"http://127.0.0.1:{first.port}"}
+    )
+    second.workdir = first.workdir
+    with pytest.raises(RuntimeError, match="did not start"):
+        second.start()
+    assert key_file.read_bytes() == published
+    r = httpx.get(f"{first.url}/ping", headers=first.auth("inference"), timeout=30)
+    assert r.status_code == 200
+    first.stop()
+    assert not key_file.exists()  # its own file goes with it
+
+
 def test_listeners_bind_loopback_by_default(tmp_path: Path) -> None:
     from trioserve.config import CliOptions, load_config
 

@@ -422,3 +422,25 @@ def test_bearer_works_with_check(tmp_path: Path) -> None:
     store = make(tmp_path)
     headers = {"authorization": f"Bearer {store.key(KeyKind.INFERENCE)}"}.items()
     store.check(KeyKind.INFERENCE, bearer(headers))
+
+
+def test_keys_reach_the_file_only_when_published(tmp_path: Path) -> None:
+    path = tmp_path / "key_file.json"
+    store = TokenStore(path, expiration_min=5)
+    assert not path.exists()
+    store.publish()
+    held = json.loads(path.read_text())
+    assert held["API"]["key"] == store.key(KeyKind.API)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_remove_file_leaves_a_file_another_server_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "key_file.json"
+    mine = TokenStore(path, expiration_min=5)
+    mine.publish()
+    other = TokenStore.create(path, expiration_min=5)  # a later server took the file over
+    mine.remove_file()
+    assert json.loads(path.read_text())["API"]["key"] == other.key(KeyKind.API)
+    other.remove_file()
+    assert not path.exists()
+    other.remove_file()  # a missing file is fine
