@@ -99,3 +99,42 @@ def test_http_and_grpc_record_the_same_series(make_server) -> None:  # type: ign
     assert moved(before, after_http)["ts_inference_requests_total"] == 0
     text = httpx.get(f"{server.metrics_url}/metrics", timeout=30).text
     assert 'model_name="nope"' not in text
+
+
+def over_oip_rest(server: Server, model: str, path: str = "infer", **output: object) -> int:
+    body: dict[str, object] = {
+        "inputs": [{"name": "data", "shape": [1], "datatype": "BYTES", "data": ["same"]}]
+    }
+    if output:
+        body["outputs"] = [{"name": "data", "parameters": output}]
+    with httpx.Client(base_url=server.url, headers=server.auth("inference"), timeout=30) as http:
+        return http.post(f"/v2/models/{model}/{path}", json=body).status_code
+
+
+def test_oip_rest_answers_are_classed_once(make_server) -> None:  # type: ignore[no-untyped-def]
+    server: Server = make_server(tokens=True)
+    server.start()
+    over_oip_rest(server, "control")  # warm-up
+    before = snapshot(server)
+    assert over_oip_rest(server, "control") == 200
+    after_oip = snapshot(server)
+    assert over_http(server, "control") == 200
+    after_http = snapshot(server)
+    # The same amounts as a TorchServe prediction: one request, one 2XX (plus the metrics
+    # port's own answer to the snapshot before it), not one from the dataplane and one more
+    # from the front.
+    # (ts_inference_requests_total is left out: an OIP request names the version it ran
+    # on, so its series is labelled with that version rather than "default".)
+    classes = ("Requests2XX_total", "Requests4XX_total", "Requests5XX_total")
+    by_oip, by_http = moved(before, after_oip), moved(after_oip, after_http)
+    assert [by_oip[c] for c in classes] == [by_http[c] for c in classes] == [2, 0, 0]
+
+    # Refused before queuing (unknown model; a binary output asked of a stream) and refused
+    # by the dataplane: each is one 4XX.
+    for model, path, output in (
+        ("nope", "infer", {}),
+        ("control", "infer_stream", {"binary_data": True}),
+    ):
+        start = snapshot(server)
+        assert over_oip_rest(server, model, path, **output) in (400, 404)
+        assert moved(start, snapshot(server))["Requests4XX_total"] == 1, (model, path)

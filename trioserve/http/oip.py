@@ -177,14 +177,30 @@ async def answer(
             ready = model.ready_workers > 0
             return json_answer(200 if ready else 503, {"name": name, "ready": ready})
         request = read_request(model, headers, body)
-        if endpoint == "oip_infer_stream":
-            return await infer_stream(dataplane, model, request)
-        return await infer(dataplane, model, request)
+        streamed = endpoint == "oip_infer_stream"
+        if streamed:
+            refuse_binary_stream_outputs(request)
     except ServeError as error:
         return oip_error(error)
     except Exception as exc:  # a bug: still the protocol's error body, not the port's
-        log.exception("unexpected error while answering an OIP request")
-        return oip_error(internal_error(exc))
+        return _unexpected(exc)
+    # From here on the request goes to the dataplane, which counts its response class.
+    try:
+        if streamed:
+            result = await infer_stream(dataplane, model, request)
+        else:
+            result = await infer(dataplane, model, request)
+    except ServeError as error:
+        result = oip_error(error)
+    except Exception as exc:
+        result = _unexpected(exc)
+    result.counted = True
+    return result
+
+
+def _unexpected(exc: Exception) -> Answer:
+    log.exception("unexpected error while answering an OIP request")
+    return oip_error(internal_error(exc))
 
 
 async def repository(
@@ -352,9 +368,9 @@ def _error_event(error: ServeError) -> bytes:
     return b"event: error\ndata: " + error_body(error.message) + b"\n\n"
 
 
-async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
-    # Events are JSON: an output asked for as binary could only fail after the 200, as an
-    # error event, once the model has run. Refuse it before.
+def refuse_binary_stream_outputs(request: InferRequest) -> None:
+    """Events are JSON: an output asked for as binary could only fail after the 200, as an
+    error event, once the model has run. Refuse it before the request is queued."""
     binary = [output.name for output in request.outputs if output.binary_data]
     if binary:
         raise ServeError(
@@ -362,6 +378,10 @@ async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: Infer
             "outputs cannot be binary in a stream (its events are JSON); "
             f"parameters.binary_data is true for {', '.join(repr(name) for name in binary)}",
         )
+
+
+async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
+    refuse_binary_stream_outputs(request)
     call = submit(
         dataplane,
         model,
