@@ -60,9 +60,11 @@ asan: setup
 image: setup
 	sh scripts/build_image.sh
 
-## One file to run: dist/trioserve.pyz, a zipapp that needs only python3 (docs/binary.md).
+## One file to run: dist/trioserve.pyz, a zipapp that needs only python3 (docs/binary.md);
+## e.g. BINARY_ARGS="--python-versions 3.12,3.13" or BINARY_ARGS="--extras torch".
+BINARY_ARGS ?=
 binary: setup
-	$(BIN)/python scripts/build_binary.py
+	$(BIN)/python scripts/build_binary.py $(BINARY_ARGS)
 
 ## The documentation site (mkdocs, Material theme) into site/.
 docs: setup

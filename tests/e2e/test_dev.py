@@ -41,11 +41,15 @@ def handle(data, context):
     return answers
 """
 
+# Called with no data while the worker loads: it marks that the load has begun (in a file
+# outside the watched folder), then hangs.
 HANGS = """\
+import pathlib
 import time
 
 
 def handle(data, context):
+    pathlib.Path({marker!r}).touch()
     time.sleep(60)
 """
 
@@ -182,9 +186,13 @@ def test_a_handler_file_reloads_on_edits_and_survives_a_broken_one(tmp_path: Pat
         assert call_curl_line(curl) == "v3"  # the printed line still works
 
         # An edit while a load hangs: the load is dropped and the new code loads at once.
-        handler.write_text(HANGS)
+        marker = tmp_path / "hanging"
+        handler.write_text(HANGS.format(marker=str(marker)))
         running.wait_for("[dev] changed: ", count=4)
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while not marker.exists():  # the hanging load has begun
+            assert time.monotonic() < deadline, running.log
+            time.sleep(0.05)
         handler.write_text(HANDLER.format(answer="v4"))
         running.wait_for("[dev] reloaded handler in", count=3, timeout=20)
         assert "[dev] newer edits came while handler was loading" in running.log
