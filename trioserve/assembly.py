@@ -27,14 +27,10 @@ from trioserve.core.model_settings import ServerDefaults
 from trioserve.http.cors import Cors
 from trioserve.metrics import ServerMetrics
 from trioserve.runtime.dataplane import Dataplane
-from trioserve.runtime.launcher import SubprocessLauncher
+from trioserve.runtime.launcher import SubprocessLauncher, worker_environment
 from trioserve.runtime.management import ManagementService
-from trioserve.runtime.manager import (
-    ManagerSettings,
-    ModelManager,
-    archive_error,
-    worker_environment,
-)
+from trioserve.runtime.manager import ManagerSettings, ModelManager
+from trioserve.runtime.model_sources import archive_error
 from trioserve.runtime.sequences import SequenceHeaders
 
 log = logging.getLogger("trioserve.server")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -132,3 +133,24 @@ class SubprocessLauncher:
         nursery.start_soon(_pump_lines, process.stderr, name, logging.WARNING)
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(parent))
         return Launched(stream, process)
+
+
+def worker_environment(
+    base: Mapping[str, str],
+    *,
+    blacklist: str | None,
+    decode_input_request: bool,
+    sequence_headers: tuple[str, str, str],
+) -> dict[str, str]:
+    """The environment every worker process starts with."""
+    env = dict(base)
+    if blacklist:
+        pattern = re.compile(blacklist)
+        env = {k: v for k, v in env.items() if not pattern.fullmatch(k)}
+    env["TS_DECODE_INPUT_REQUEST"] = "true" if decode_input_request else "false"
+    seq_id, seq_start, seq_end = sequence_headers
+    env["TS_REQUEST_SEQUENCE_ID"] = seq_id
+    env["TS_REQUEST_SEQUENCE_START"] = seq_start
+    env["TS_REQUEST_SEQUENCE_END"] = seq_end
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env

@@ -5,9 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-import re
-import shutil
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,13 @@ from trioserve.core.tensor_inputs import TensorSpecError, parse_tensor_inputs
 from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import Launcher, WithPythonPath
 from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.model_sources import (
+    archive_error,
+    expand_load_models,
+    mlserver_settings,
+    model_stem,
+    remove_extracted,
+)
 from trioserve.runtime.pydeps import DependencyInstaller
 from trioserve.runtime.sequence_batcher import SequenceBatcher
 from trioserve.runtime.supervisor import WorkerSettings, default_batch_frame
@@ -96,7 +101,7 @@ class ModelManager:
         finally:
             self._nursery = None
             for _name, _version, entry in list(self.registry):
-                _cleanup(entry.loaded)
+                remove_extracted(entry.loaded)
 
     def start_soon(self, operation: Callable[[], Awaitable[object]]) -> None:
         """Run a background operation (an asynchronous scale) inside the manager's nursery.
@@ -149,7 +154,7 @@ class ModelManager:
         try:
             model = await self._start(options, loaded)
         except BaseException:
-            _cleanup(loaded)
+            remove_extracted(loaded)
             raise
         if options.synchronous:
             await model.wait_settled()
@@ -174,7 +179,7 @@ class ModelManager:
 
     async def _start(self, options: RegisterOptions, loaded: archive.LoadedArchive) -> ModelVersion:
         manifest = loaded.manifest
-        name = options.model_name or manifest.model_name or _stem(loaded.source)
+        name = options.model_name or manifest.model_name or model_stem(loaded.source)
         version = manifest.model_version or "1.0"
         handler = options.handler or manifest.handler or self.settings.default_handler
         if not handler:
@@ -254,7 +259,7 @@ class ModelManager:
             envelope=loaded.manifest.envelope or self.settings.default_envelope,
             manifest=loaded.manifest.raw or None,
             model_yaml_config=dict(loaded.config.raw),
-            model_settings=_model_settings(settings, loaded),
+            model_settings=mlserver_settings(settings, loaded),
         )
         plan = self.settings.gpu_plan
         config = loaded.config
@@ -321,7 +326,7 @@ class ModelManager:
             await entry.model.stop(self.settings.unregister_timeout)
         finally:
             entry.scope.cancel()
-            await trio.to_thread.run_sync(_cleanup, entry.loaded)
+            await trio.to_thread.run_sync(remove_extracted, entry.loaded)
 
     async def load_startup_models(self, entries: tuple[str, ...], workers: int) -> list[str]:
         """Register ``load_models`` entries; returns the problems (one line each)."""
@@ -341,22 +346,6 @@ class ModelManager:
         return problems
 
 
-# The archive package reports refusals with the HTTP status its CLI and docs name.
-_ARCHIVE_KINDS = {
-    400: errors.ErrorKind.BAD_INPUT,
-    404: errors.ErrorKind.NOT_FOUND,
-    409: errors.ErrorKind.CONFLICT,
-    413: errors.ErrorKind.TOO_LARGE,
-}
-
-
-def archive_error(exc: archive.ArchiveError) -> errors.ServeError:
-    kind = _ARCHIVE_KINDS.get(exc.status, errors.ErrorKind.INTERNAL)
-    missing = kind is errors.ErrorKind.NOT_FOUND
-    reason = "ModelNotFoundException" if missing else "BadRequestException"
-    return errors.ServeError(kind, str(exc), reason=reason)
-
-
 async def _run_in_scope(
     model: ModelVersion,
     scope: trio.CancelScope,
@@ -367,84 +356,4 @@ async def _run_in_scope(
         await model.run(task_status=task_status)
 
 
-def _stem(path: Path) -> str:
-    name = path.name
-    for suffix in (".mar", ".tar.gz", ".tgz"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _model_settings(
-    settings: ModelSettings, loaded: archive.LoadedArchive
-) -> dict[str, Any] | None:
-    """An MLServer model's ``model-settings.json`` as its worker gets it: the registered
-    name and version win over the file's."""
-    if loaded.mlserver is None:
-        return None
-    raw = dict(loaded.mlserver.raw)
-    raw["name"] = settings.name
-    parameters = raw.get("parameters")
-    raw["parameters"] = {**(parameters if isinstance(parameters, dict) else {}),
-                         "version": settings.version}  # fmt: skip
-    return raw
-
-
-def _cleanup(loaded: archive.LoadedArchive) -> None:
-    if loaded.extracted:
-        shutil.rmtree(loaded.model_dir, ignore_errors=True)
-
-
-ARCHIVE_SUFFIXES = (".mar", ".tar.gz", ".tgz")
-
-
-def expand_load_models(
-    entries: tuple[str, ...], model_store: Path | None
-) -> list[tuple[str | None, str]]:
-    """``load_models`` entries as (name override, url) pairs; ``all`` = everything in the store."""
-    result: list[tuple[str | None, str]] = []
-    for raw in entries:
-        for entry in (e.strip() for e in raw.split(",")):
-            if not entry:
-                continue
-            if entry == "all":
-                if model_store is not None and model_store.is_dir():
-                    for path in sorted(model_store.iterdir()):
-                        if path.name.endswith(ARCHIVE_SUFFIXES) or _is_model_folder(path):
-                            result.append((None, path.name))
-                continue
-            name, sep, url = entry.partition("=")
-            result.append((name.strip(), url.strip()) if sep else (None, entry))
-    return result
-
-
-def _is_model_folder(path: Path) -> bool:
-    """A folder of the store that is a model: an unpacked archive (its manifest) or an
-    MLServer model (``model-settings.json``)."""
-    return path.is_dir() and (
-        (path / "MAR-INF" / "MANIFEST.json").is_file() or (path / "model-settings.json").is_file()
-    )
-
-
-def worker_environment(
-    base: Mapping[str, str],
-    *,
-    blacklist: str | None,
-    decode_input_request: bool,
-    sequence_headers: tuple[str, str, str],
-) -> dict[str, str]:
-    """The environment every worker process starts with."""
-    env = dict(base)
-    if blacklist:
-        pattern = re.compile(blacklist)
-        env = {k: v for k, v in env.items() if not pattern.fullmatch(k)}
-    env["TS_DECODE_INPUT_REQUEST"] = "true" if decode_input_request else "false"
-    seq_id, seq_start, seq_end = sequence_headers
-    env["TS_REQUEST_SEQUENCE_ID"] = seq_id
-    env["TS_REQUEST_SEQUENCE_START"] = seq_start
-    env["TS_REQUEST_SEQUENCE_END"] = seq_end
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
-
-
-__all__ = ["ManagerSettings", "ModelManager", "expand_load_models", "worker_environment"]
+__all__ = ["ManagerSettings", "ModelManager"]
