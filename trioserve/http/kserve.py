@@ -20,22 +20,19 @@ no ready worker or a full queue (with ``Retry-After``), 500 a handler that faile
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Final
 
 from trioserve.auth import KeyKind
-from trioserve.core.errors import ErrorKind, ServeError, internal_error
+from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.kserve import EXPLAIN_HEADER, V1_HEADER, instances_of
 from trioserve.core.messages import Param, Reply
 from trioserve.core.oip import error_body
 from trioserve.core.request import InferenceRequest
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
-from trioserve.http.oip import json_answer, oip_error
+from trioserve.http.oip import json_answer, oip_error, unexpected_error
 from trioserve.http.routes import Route
 from trioserve.runtime.dataplane import Dataplane
-
-log = logging.getLogger("trioserve.http")
 
 JSON_TYPE: Final = "application/json"
 GET = frozenset({"GET"})
@@ -90,8 +87,7 @@ async def answer(
     except ServeError as error:
         return oip_error(error)
     except Exception as exc:  # a bug: still the protocol's error body
-        log.exception("unexpected error while answering a KServe v1 request")
-        return oip_error(internal_error(exc))
+        return unexpected_error(exc)
 
 
 def _forwarded(headers: Iterable[tuple[bytes, bytes]], explain: bool) -> list[tuple[str, str]]:

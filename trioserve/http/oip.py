@@ -183,7 +183,7 @@ async def answer(
     except ServeError as error:
         return oip_error(error)
     except Exception as exc:  # a bug: still the protocol's error body, not the port's
-        return _unexpected(exc)
+        return unexpected_error(exc)
     # From here on the request goes to the dataplane, which counts its response class.
     try:
         if streamed:
@@ -193,13 +193,15 @@ async def answer(
     except ServeError as error:
         result = oip_error(error)
     except Exception as exc:
-        result = _unexpected(exc)
+        result = unexpected_error(exc)
     result.counted = True
     return result
 
 
-def _unexpected(exc: Exception) -> Answer:
-    log.exception("unexpected error while answering an OIP request")
+def unexpected_error(exc: Exception) -> Answer:
+    """A bug met while answering a KServe-protocol request (v2 or v1): logged with its
+    traceback, answered 500 with the protocol's ``{"error"}`` body."""
+    log.exception("unexpected error while answering a KServe protocol (v1 or v2) request")
     return oip_error(internal_error(exc))
 
 

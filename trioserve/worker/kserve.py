@@ -24,8 +24,7 @@ from typing import Any
 from trioserve.core.errors import ServeError
 from trioserve.core.kserve import EXPLAIN_HEADER, V1_HEADER, answer_body, answer_key, instances_of
 from trioserve.core.messages import BatchReply, Reply, WorkItem
-from trioserve.worker import batch, oip
-from trioserve.worker.codec import request_headers
+from trioserve.worker import oip
 from trioserve.worker.replies import error_reply
 
 Entry = Callable[[Any, Any], Any]
@@ -131,15 +130,15 @@ def run_batch(
         rows, instance_rows = expand(items, decode)
     except ServeError as error:
         return error_reply(batch_id, 400, error.message)
-    context.begin_batch(
-        [item.request_id for item in rows.items],
-        [request_headers(item) for item in rows.items],
+    reply = oip.run_rows(
+        wrap_entry(oip.wrap_entry(entry, rows), instance_rows),
+        context,
+        batch_id,
+        rows,
         cancel_check=cancel_check,
         channel=channel,
         tensors=tensors,
     )
-    wrapped = wrap_entry(oip.wrap_entry(entry, rows), instance_rows)
-    reply = batch.run_batch(wrapped, context, batch_id, rows.items, rows.data)
     return merge(reply, items, rows, instance_rows)
 
 

@@ -149,17 +149,38 @@ def run_batch(
         expanded = expand(items, decode)
     except ServeError as error:
         return error_reply(batch_id, 400, error.message)
-    context.begin_batch(
-        [item.request_id for item in expanded.items],
-        [request_headers(item) for item in expanded.items],
+    reply = run_rows(
+        wrap_entry(entry, expanded),
+        context,
+        batch_id,
+        expanded,
         cancel_check=cancel_check,
         channel=channel,
         tensors=tensors,
     )
-    reply = batch.run_batch(
-        wrap_entry(entry, expanded), context, batch_id, expanded.items, expanded.data
-    )
     return merge(reply, items, expanded)
+
+
+def run_rows(
+    entry: Entry,
+    context: Any,
+    batch_id: int,
+    rows: Expanded,
+    *,
+    cancel_check: Callable[[str], bool],
+    channel: Any,
+    tensors: Mapping[str, Any],
+) -> BatchReply:
+    """Run the rows of an expanded batch through ``entry``, with the context set up for the
+    rows (each row's request id and headers), one answer per row."""
+    context.begin_batch(
+        [item.request_id for item in rows.items],
+        [request_headers(item) for item in rows.items],
+        cancel_check=cancel_check,
+        channel=channel,
+        tensors=tensors,
+    )
+    return batch.run_batch(entry, context, batch_id, rows.items, rows.data)
 
 
 def merge(reply: BatchReply, items: Sequence[WorkItem], expanded: Expanded) -> BatchReply:
