@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from trioserve import __version__
@@ -113,14 +114,27 @@ def run_foreground(config: ServerConfig) -> int:
             lines.extend(f"PROBLEM {p}" for p in info.problems)
             _report_ready("\n".join(lines))
 
+    return run_until_stopped(main)
+
+
+def run_until_stopped(
+    main: Callable[..., Awaitable[None]],
+    *args: object,
+    ready: Callable[[str], None] = _report_ready,
+    command: str = "trioserve",
+) -> int:
+    """``trio.run(main, *args)`` as a serving command runs it; returns the exit status:
+    130 on Ctrl-C, 1 when start-up failed (logged, and said to ``ready`` as ``FAILED``)."""
+    import trio
+
     try:
-        trio.run(main)
+        trio.run(main, *args)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # start-up failed: say why, to the log and to the launcher
-        logging.getLogger("trioserve").exception("trioserve failed")
+    except Exception as exc:  # start-up failed (a port in use, say): say why
+        logging.getLogger("trioserve").exception("%s failed", command)
         root = root_cause(exc)
-        _report_ready(f"FAILED {type(root).__name__}: {root}")
+        ready(f"FAILED {type(root).__name__}: {root}")
         return 1
     return 0
 

@@ -49,7 +49,7 @@ from trioserve.assembly import (
     startup_workers,
     warn_about_settings,
 )
-from trioserve.auth import TokenStore
+from trioserve.auth import KeyKind, TokenStore
 from trioserve.config import Address, ServerConfig
 from trioserve.grpc.bridge import GrpcListener, serve_grpc
 from trioserve.grpc.calls import Service
@@ -84,6 +84,7 @@ class ServerInfo:
     bound: dict[str, list[str]]  # API name ("inference", "management", ...) -> URLs
     manager: ModelManager
     problems: list[str] = field(default_factory=list)
+    inference_key: str | None = None  # the key file's inference key; None: tokens are off
 
 
 # How often CPU, memory and disk gauges are sampled (TorchServe: metric_time_interval, 60 s).
@@ -297,7 +298,14 @@ async def serve(
                 if tokens is not None:  # writes and fsyncs the key file
                     await trio.to_thread.run_sync(tokens.publish)
                     log.info("token authorization is on: keys are in %s", tokens.path)
-                task_status.started(ServerInfo(bound=bound, manager=manager, problems=problems))
+                task_status.started(
+                    ServerInfo(
+                        bound=bound,
+                        manager=manager,
+                        problems=problems,
+                        inference_key=None if tokens is None else tokens.key(KeyKind.INFERENCE),
+                    )
+                )
                 log.info(
                     "trioserve ready: %s",
                     "; ".join(f"{api} API on {', '.join(urls)}" for api, urls in bound.items()),

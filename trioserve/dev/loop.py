@@ -36,8 +36,7 @@ import trio
 import watchfiles
 
 from trioserve import archive
-from trioserve.auth import KeyKind
-from trioserve.cli import root_cause
+from trioserve.cli import run_until_stopped
 from trioserve.config import ServerConfig
 from trioserve.core.errors import ServeError
 from trioserve.core.model_settings import RegisterOptions
@@ -104,16 +103,6 @@ def read_model(target: DevTarget) -> archive.LoadedArchive:
 def dev_config(config: ServerConfig) -> ServerConfig:
     """The server's configuration for dev: no models of its own at start."""
     return dataclasses.replace(config, load_models=())
-
-
-def inference_key(config: ServerConfig) -> str | None:
-    """The inference key of ``key_file.json`` (where ``trioserve start`` writes it too), or
-    None with token authorization off."""
-    if config.disable_token_authorization:
-        return None
-    path = config.key_file or Path.cwd() / "key_file.json"
-    document = json.loads(path.read_text())
-    return str(document[KeyKind.INFERENCE.value]["key"])
 
 
 class DevLoop:
@@ -263,9 +252,8 @@ async def _serve_dev(
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
         info: ServerInfo = await nursery.start(partial(serve, config, shutdown=shutdown))
-        key = await trio.to_thread.run_sync(inference_key, config)
         bound = info.bound["inference"][0]
-        loop = DevLoop(options, target, info.manager, bound=bound, key=key, say=say)
+        loop = DevLoop(options, target, info.manager, bound=bound, key=info.inference_key, say=say)
         report = "READY " + " ".join(f"{k}={','.join(v)}" for k, v in info.bound.items())
         await loop.run(shutdown, partial(ready, report))
 
@@ -282,16 +270,9 @@ def run_dev(
         print(f"trioserve dev: {exc}", file=sys.stderr)
         ready(f"FAILED {exc}")
         return 2
-    try:
-        trio.run(_serve_dev, dev_config(config), options, target, ready)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # start-up failed (a port in use, say): say why
-        log.exception("trioserve dev failed")
-        root = root_cause(exc)
-        ready(f"FAILED {type(root).__name__}: {root}")
-        return 1
-    return 0
+    return run_until_stopped(
+        _serve_dev, dev_config(config), options, target, ready, ready=ready, command="trioserve dev"
+    )
 
 
 __all__ = ["DevLoop", "DevOptions", "dev_config", "inspect", "read_model", "run_dev"]
