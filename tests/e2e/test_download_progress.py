@@ -4,7 +4,6 @@ progress every 10 % and a final line with the size and time."""
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +15,7 @@ import pytest
 
 from trioserve.archive import write_archive
 
+from ..loopback_http import serving
 from .server import Server, running
 
 pytestmark = pytest.mark.e2e
@@ -43,14 +43,8 @@ def served(tmp_path: Path) -> Iterator[str]:
         archive_format="zip-store",
     )
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(folder)))
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serving(httpd) as base:
+        yield base
 
 
 def test_register_by_url_logs_the_progress(tmp_path: Path, served: str) -> None:

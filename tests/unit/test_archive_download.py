@@ -19,6 +19,8 @@ import trio
 from trioserve.archive import ArchiveError
 from trioserve.archive.download import check_allowed, download
 
+from ..loopback_http import serving
+
 MAR = b"PK\x03\x04 a small model archive " + bytes(range(256))
 LIMIT = 4096
 BIG = b"x" * (LIMIT * 4)
@@ -101,16 +103,12 @@ class _Handler(BaseHTTPRequestHandler):
 def server() -> Iterator[Server]:
     httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
     httpd.stop = threading.Event()
-    httpd.state = Server(base=f"http://127.0.0.1:{httpd.server_address[1]}")
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield httpd.state
-    finally:
-        httpd.stop.set()
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serving(httpd) as base:
+        httpd.state = Server(base=base)
+        try:
+            yield httpd.state
+        finally:
+            httpd.stop.set()  # handlers waiting on it end before the server shuts down
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from trioserve.archive import ArchiveError
 from trioserve.archive._progress import ENV
 from trioserve.archive.download import download
 
+from ..loopback_http import serving
+
 MiB = 1024 * 1024
 BIG = 12 * MiB
 LOGGER = "trioserve.archive.download"
@@ -61,15 +63,8 @@ class _Server(ThreadingHTTPServer):
 
 @pytest.fixture
 def base() -> Iterator[str]:
-    httpd = _Server(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-        thread.join(5)
+    with serving(_Server(("127.0.0.1", 0), _Handler)) as url:
+        yield url
 
 
 @pytest.fixture

@@ -17,13 +17,15 @@ The choice and the line schedule are sans-IO and tested as such; :class:`Progres
 from __future__ import annotations
 
 import enum
-import importlib
 import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Final, NoReturn, TextIO
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 __all__ = [
     "ENV",
@@ -190,12 +192,11 @@ class Progress:
         self._start = clock()
         self._closed = False
         self._schedule = LineSchedule(label, total, self._start) if mode is Mode.LINES else None
-        self._bar: Any = None
+        self._bar: tqdm[NoReturn] | None = None
         if mode is Mode.BAR:
-            # Imported only where a bar is shown; through importlib, since tqdm has no
-            # type hints of its own (types-tqdm would add them).
-            tqdm = importlib.import_module("tqdm").tqdm
-            self._bar = tqdm(
+            from tqdm import tqdm as bar  # imported only where a bar is shown
+
+            self._bar = bar(
                 total=total,
                 desc=label,
                 file=stream,
