@@ -10,7 +10,7 @@ For 64 inputs of 4 KB and of 1 MB (float32), each case times:
 - ``torch.stack`` / ``pad_sequence`` / ``frames.encode``: the Python path: one
   ``torch.frombuffer`` per input, then stack or pad (both allocate their output), or the
   frame encoder of ``trioserve.core.frames``;
-- ``reference``: the pure-Python implementation in ``trioserve.collate_ref``;
+- ``reference``: the pure-Python implementation in ``tests/native/collate_ref.py``;
 - ``memcpy``: one slice assignment of a contiguous buffer of the output's size into a
   preallocated one: the ceiling.
 
@@ -24,16 +24,22 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from trioserve import collate as native
-from trioserve import collate_ref as reference
 from trioserve.core import frames
+
+# The reference lives with the tests (it is no part of the package): import it from the
+# checkout this script is in.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.native import collate_ref as reference
 
 N = 64
 ITEMSIZE = 4  # float32

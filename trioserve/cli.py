@@ -8,20 +8,19 @@ TorchServe's launcher flags work as they did (``--start``, ``--stop``, ``--foreg
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from trioserve import __version__
 from trioserve.config import CliOptions, ConfigError, ServerConfig, load_config
 from trioserve.dev import command as dev
-from trioserve.launch import READY_FD_ENV, launch
+from trioserve.foreground import report_ready, run_until_stopped
+from trioserve.launch import launch
 from trioserve.pythonpath import child_environment
 
 PID_FILE_ENV = "TRIOSERVE_PID_FILE"
@@ -94,14 +93,6 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _report_ready(message: str) -> None:
-    fd = os.environ.pop(READY_FD_ENV, None)
-    if fd is None:
-        return
-    with contextlib.suppress(OSError), os.fdopen(int(fd), "w") as pipe:
-        pipe.write(message + "\n")
-
-
 def run_foreground(config: ServerConfig) -> int:
     import trio
 
@@ -112,38 +103,9 @@ def run_foreground(config: ServerConfig) -> int:
             info: ServerInfo = await nursery.start(serve, config)
             lines = ["READY " + " ".join(f"{k}={','.join(v)}" for k, v in info.bound.items())]
             lines.extend(f"PROBLEM {p}" for p in info.problems)
-            _report_ready("\n".join(lines))
+            report_ready("\n".join(lines))
 
     return run_until_stopped(main)
-
-
-def run_until_stopped(
-    main: Callable[..., Awaitable[None]],
-    *args: object,
-    ready: Callable[[str], None] = _report_ready,
-    command: str = "trioserve",
-) -> int:
-    """``trio.run(main, *args)`` as a serving command runs it; returns the exit status:
-    130 on Ctrl-C, 1 when start-up failed (logged, and said to ``ready`` as ``FAILED``)."""
-    import trio
-
-    try:
-        trio.run(main, *args)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # start-up failed (a port in use, say): say why
-        logging.getLogger("trioserve").exception("%s failed", command)
-        root = root_cause(exc)
-        ready(f"FAILED {type(root).__name__}: {root}")
-        return 1
-    return 0
-
-
-def root_cause(exc: BaseException) -> BaseException:
-    """The first leaf of (possibly nested) exception groups."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _alive(pid: int) -> bool:
@@ -229,12 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         return stop_background()
     _setup_logging(args.log_level)
     if args.command == "dev":
-        return dev.main(args, _report_ready)
+        return dev.main(args, report_ready)
     try:
         config = load_config(_cli_options(args), os.environ, Path.cwd())
     except ConfigError as exc:
         print(f"trioserve: {exc}", file=sys.stderr)
-        _report_ready(f"FAILED {exc}")
+        report_ready(f"FAILED {exc}")
         return 2
     if args.foreground:
         return run_foreground(config)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from tests.native import collate_ref as ref_impl
 from trioserve import collate as c_impl
-from trioserve import collate_ref as ref_impl
 from trioserve._collate import ffi
 from trioserve.collate import ALIGN, CollateError
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.native import collate_ref as ref_impl
 from trioserve import collate as c_impl
-from trioserve import collate_ref as ref_impl
 from trioserve.collate import CollateError
 
 from .strategies import HUGE, I64, embedded, native_settings, outcome

@@ -1,9 +1,9 @@
 """Layering rules of docs/design.md, checked on the source.
 
 The server's layers point down only: core <- runtime <- adapters (http, grpc) <- wiring
-(``trioserve/server.py``, ``trioserve/cli.py``). A module may import its own layer and the
-layers below it, never one above or a sibling adapter; core and runtime import no web
-framework or RPC library.
+(``trioserve/server.py``, ``trioserve/dev``...) <- the command line (``trioserve/cli.py``).
+A module may import its own layer and the layers below it, never one above or a sibling
+adapter; core and runtime import no web framework or RPC library.
 """
 
 from __future__ import annotations
@@ -91,9 +91,11 @@ LAYERS = {
     "trioserve.grpc": ("grpc", 2),
     "trioserve.server": ("wiring", 3),
     "trioserve.assembly": ("wiring", 3),
-    "trioserve.cli": ("wiring", 3),
+    "trioserve.foreground": ("wiring", 3),
     "trioserve.dev": ("wiring", 3),
-    "trioserve.__main__": ("wiring", 3),
+    # The command line sits on top: it wires the commands (dev among them), none imports it.
+    "trioserve.cli": ("command line", 4),
+    "trioserve.__main__": ("command line", 4),
 }
 FRAMEWORKS = {
     "quart",
@@ -162,6 +164,7 @@ def test_the_layering_check_catches_what_it_must() -> None:
     assert layering_violations("trioserve.http.x", "from trioserve.grpc import bridge")
     assert layering_violations("trioserve.grpc.x", "from trioserve.server import serve")
     assert layering_violations("trioserve.metrics.x", "from trioserve.runtime import jobs")
+    assert layering_violations("trioserve.dev.loop", "from trioserve.cli import main")
     assert not layering_violations("trioserve.http.x", "from trioserve.runtime import jobs")
     assert not layering_violations("trioserve.server", "from trioserve.grpc import bridge")
     assert not layering_violations("trioserve.runtime.x", "from trioserve.core import errors")

@@ -4,7 +4,7 @@ This package is the safe surface of the private cffi extension ``trioserve._coll
 from ``native/``). It checks the Python side of every argument (types, contiguity,
 writability, integer ranges), owns every buffer it allocates, and turns the C code's error
 codes into exceptions; the C code checks every size and bound again, with overflow-checked
-arithmetic, and runs without the GIL. ``trioserve.collate_ref`` is a pure-Python
+arithmetic, and runs without the GIL. ``tests/native/collate_ref.py`` is a pure-Python
 implementation of the same functions, used by the tests as the reference.
 
 Frames (the format of :mod:`trioserve.core.frames`, byte for byte):

@@ -36,7 +36,6 @@ import trio
 import watchfiles
 
 from trioserve import archive
-from trioserve.cli import run_until_stopped
 from trioserve.config import ServerConfig
 from trioserve.core.errors import ServeError
 from trioserve.core.model_settings import RegisterOptions
@@ -49,6 +48,7 @@ from trioserve.dev.target import (
     resolve_target,
     triggers_reload,
 )
+from trioserve.foreground import run_until_stopped
 from trioserve.runtime.manager import ModelManager
 from trioserve.runtime.model import ModelVersion
 from trioserve.server import ServerInfo, serve
