@@ -27,6 +27,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     streaming_sums = str(REPO / "handlers" / "stateful_stream" / "stream_sum_handler.py")
     archive(path, "streamsum", streaming_sums, "-c", str(handlers / "stream-config.yaml"))
     archive(path, "streamsum1", streaming_sums, "-c", str(handlers / "stream1-config.yaml"))
+    archive(path, "tscancel", "ts_cancel_handler.py", "-c", str(handlers / "tscancel-config.yaml"))
     archive(path, "oip", "oip_handler.py", "-c", str(handlers / "oip-config.yaml"))
     archive(path, "multi", "control_handler.py", version="1.0", file="multi-1.mar")
     archive(path, "multi", "control_handler.py", version="2.0", file="multi-2.mar")

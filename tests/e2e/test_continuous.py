@@ -5,7 +5,10 @@ cancels its running stream), HTTP and gRPC clients.
 
 ``streamsum``: 2 workers, batchSize 4; ``streamsum1``: the same on one worker, so that every
 sequence shares one running batch. Steps take 100 ms; a stream is 6 answers; sequences idle
-out after 500 ms and live at most 4 s."""
+out after 500 ms and live at most 4 s.
+
+``tscancel``: TorchServe's own test config for its example (batchSize 1, two workers,
+maxNumSequence 2) with a handler of the example's protocol (``ts_cancel_handler.py``)."""
 
 from __future__ import annotations
 
@@ -54,12 +57,15 @@ class ChunkedReply:
     """One streamed HTTP answer read chunk by chunk over a plain socket, so each chunk of
     the chunked body (one answer of the handler) is seen on its own."""
 
-    def __init__(self, server: Server, model: str, value: int, sequence_id: str) -> None:
+    def __init__(
+        self, server: Server, model: str, value: int, sequence_id: str, *, json: bool = False
+    ) -> None:
         self.sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-        body = str(value).encode()
+        body = (f'{{"input": {value}}}' if json else str(value)).encode()
+        kind = "Content-Type: application/json\r\n" if json else ""
         self.sock.sendall(
             f"POST /predictions/{model} HTTP/1.1\r\nHost: x\r\n{HEADER}: {sequence_id}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n".encode()
+            f"{kind}Content-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
         self.buffer = b""
@@ -164,6 +170,35 @@ def test_minus_one_cancels_the_sequences_running_stream(server: Server) -> None:
         stream.close()
         # The sequence goes on with its state.
         assert post(client, "streamsum1", 4, sequence_id).text == "9"
+
+
+def test_with_batch_size_1_the_cancel_joins_and_stops_its_sequences_running_stream(
+    make_server,  # type: ignore[no-untyped-def]
+) -> None:
+    # TorchServe's test_infer_stateful_cancel: open a sequence, stream {"input": 3}, send -1
+    # while it runs (here: once its first answer came), then 0; more times than
+    # maxNumSequence, so each ended sequence must have freed its slot. A step holds up to
+    # twice batchSize requests: the -1 joins the stream's running batch and stops it.
+    server: Server = make_server("tscancel=tscancel.mar")
+    server.start()
+    with http(server) as client:
+        for _ in range(3):
+            sequence_id = open_sequence(client, "tscancel")
+            stream = ChunkedReply(server, "tscancel", 3, sequence_id, json=True)
+            assert stream.status == 200 and stream.headers["transfer-encoding"] == "chunked"
+            chunks = stream.chunks()
+            assert next(chunks) == b"5"
+            cancel = post(client, "tscancel", -1, sequence_id)
+            assert cancel.status_code == 200 and cancel.text == "-1"
+            assert cancel.headers[HEADER] == sequence_id
+            rest = list(chunks)
+            stream.close()
+            # Stopped early: the stream had 200 more answers to give.
+            assert 1 <= len(rest) < 200 and set(rest) == {b"5"}
+            ended = post(client, "tscancel", 0, sequence_id)
+            assert ended.status_code == 200 and ended.text == "5"
+            refused = post(client, "tscancel", 2, sequence_id)
+            assert refused.status_code == 400 and "ended" in refused.json()["message"]
 
 
 def test_a_client_leaving_mid_stream_takes_its_request_out_of_the_running_batch(

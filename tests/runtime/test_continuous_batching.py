@@ -75,7 +75,7 @@ def model(
         worker=WorkerSettings(
             load=LoadSpec("m", "1.0", "/nonexistent", "h.py"), cwd=Path("/"),
             response_timeout=30, startup_timeout=5, stop_grace=0.5, max_frame=1 << 20,
-            batch_size=batch_size, continuous=True,
+            batch_capacity=settings.batch_capacity, continuous=True,
         ),
         next_worker_id=lambda: next(ids),
     )  # fmt: skip
@@ -217,3 +217,42 @@ async def test_a_parked_sequence_sends_its_next_request_into_the_running_batch()
         again = submit(dataplane, 1, streaming.sequence_id)
         assert [a[:2] for a in await answers(again)] == [("1", True)]
         nursery.cancel_scope.cancel()
+
+
+async def test_with_batch_size_1_a_sequences_next_request_joins_its_running_stream() -> None:
+    # TorchServe's example test config: batchSize 1, two workers. A step holds up to twice
+    # batchSize requests, so the sequence's next request (the example's -1 cancel) runs
+    # beside its stream instead of waiting for the stream's end.
+    stepper = Stepper()
+    async with trio.open_nursery() as nursery:
+        dataplane, _ = await started(nursery, stepper, stateful=True, workers=2, batch_size=1)
+        streaming = submit(dataplane, 20)
+        async with streaming:
+            await streaming.next_reply()
+            assert streaming.sequence_id is not None
+            following = submit(dataplane, 1, streaming.sequence_id)
+            with trio.fail_after(5):
+                assert [a[:2] for a in await answers(following)] == [("1", True)]
+            # Answered while the stream still ran: it has answers left to give.
+            rest = [bytes(r.body).decode() async for r, _final in streaming.replies()]
+        assert rest == [str(n) for n in range(2, 21)]
+        [joined] = stepper.steps_of(following.request_id)
+        assert sorted(stepper.steps[joined]) == sorted(
+            [(streaming.request_id, False), (following.request_id, True)]
+        )
+        assert joined < stepper.steps_of(streaming.request_id)[-1]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_sequence_step_holds_twice_the_batch_size_and_a_plain_one_the_batch_size() -> None:
+    for stateful, most in ((True, 2), (False, 1)):
+        stepper = Stepper()
+        async with trio.open_nursery() as nursery:
+            dataplane, _ = await started(nursery, stepper, stateful=stateful, batch_size=1)
+            calls = [submit(dataplane, 3) for _ in range(4)]
+            async with trio.open_nursery() as clients:
+                for call in calls:
+                    clients.start_soon(answers, call)
+            assert max(len(step) for step in stepper.steps) == most
+            assert all(len(stepper.steps_of(call.request_id)) == 3 for call in calls)
+            nursery.cancel_scope.cancel()

@@ -63,3 +63,23 @@ def test_default_version_comes_from_the_servers_models_setting() -> None:
     assert is_default_version(defaults, "m", "2.0")
     assert not is_default_version(defaults, "m", "1.0")  # only JSON true counts
     assert not is_default_version(defaults, "other", "2.0")
+
+
+def test_batch_capacity_is_twice_batch_size_only_for_sequence_continuous_batching() -> None:
+    # TorchServe's frontend fills a step of sequence continuous batching up to
+    # batchSize * 2 requests (the running ones counted); every other batch to batchSize.
+    options = RegisterOptions(url="m.mar")
+
+    def capacity(batch_size: int, sequences: bool, continuous: bool) -> int:
+        yaml = YamlSettings(
+            batch_size=batch_size, sequence_batching=sequences, continuous_batching=continuous
+        )
+        settings = run(options, yaml)
+        assert settings.batch_size == batch_size  # what describe and the handler see
+        return settings.batch_capacity
+
+    assert capacity(1, sequences=True, continuous=True) == 2  # TorchServe's example test
+    assert capacity(4, sequences=True, continuous=True) == 8
+    assert capacity(1, sequences=False, continuous=True) == 1  # plain continuous batching
+    assert capacity(4, sequences=True, continuous=False) == 4  # plain sequence batching
+    assert capacity(4, sequences=False, continuous=False) == 4

@@ -14,6 +14,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from trioserve.core.model_settings import RegisterOptions, ServerDefaults, YamlSettings, decide
 from trioserve.core.sequence_decisions import ClosedIds, ExpiryTimers
 from trioserve.core.sequences import (
     CloseReason,
@@ -379,6 +380,39 @@ def test_a_parked_request_lets_its_sequences_next_request_join_the_running_batch
     assert policy.take("w0", 1, 1.5) is None
     policy.done("s", 2.0)  # "b" answered, "a" still parked
     assert policy.take("w0", 1, 2.0) == Dispatch("w0", ("c",), ("s",))
+
+
+def test_with_batch_size_1_a_cancel_joins_its_sequences_running_stream() -> None:
+    # TorchServe's sequence continuous batching test config: batchSize 1, two workers,
+    # maxNumSequence 2. A step holds up to batch_capacity requests, the running ones
+    # counted (the supervisor's room is batch_capacity - running).
+    yaml = YamlSettings(
+        batch_size=1, min_workers=2, max_workers=2, max_num_sequence=2,
+        sequence_batching=True, continuous_batching=True,
+    )  # fmt: skip
+    settings = decide(
+        name="m", version="1.0", handler="h.py", runtime="python",
+        options=RegisterOptions(url="m.mar"), yaml=yaml,
+        defaults=ServerDefaults(default_workers=1, job_queue_size=10, response_timeout=120,
+                                startup_timeout=120),
+    )  # fmt: skip
+    assert settings.sequence is not None and settings.sequence.max_sequences == 2
+    policy = make(batch_size=settings.batch_capacity, max_sequences=2, workers=2)
+    start(policy, "s", "open")
+    assert policy.poll(0.0) == [Dispatch("w0", ("open",), ("s",))]
+    policy.done("s", 0.5)
+    policy.worker_idle("w0", 0.5)
+    policy.submit("s", "stream", 1.0)
+    assert policy.poll(1.0) == [Dispatch("w0", ("stream",), ("s",))]
+    policy.park("s", 2.0)  # its first chunk: the client sends the cancel
+    policy.submit("s", "cancel", 2.5)
+    running = 1
+    room = settings.batch_capacity - running
+    assert policy.take("w0", room, 3.0) == Dispatch("w0", ("cancel",), ("s",))
+    # The stream and the cancel fill w0's step; a new sequence goes to the idle w1.
+    start(policy, "t", "t1", now=3.5)
+    assert policy.take("w0", settings.batch_capacity - 2, 4.0) is None
+    assert policy.poll(4.0) == [Dispatch("w1", ("t1",), ("t",))]
 
 
 def test_a_parked_sequence_gets_its_next_request_through_poll_too() -> None:

@@ -89,6 +89,21 @@ class ModelSettings:
     sequence: SequenceSettings | None = None  # set for a stateful model
     continuous_batching: bool = False  # model-config continuousBatching
 
+    @property
+    def batch_capacity(self) -> int:
+        """The most requests one batch sent to a worker holds (with continuous batching,
+        each step of a running batch, the requests that go on counted).
+
+        ``batch_size``, except for a stateful model with continuous batching: twice it, as
+        TorchServe's frontend fills each step of sequence continuous batching up to
+        ``batchSize * 2`` requests. That is what lets a sequence's next request (the ``-1``
+        cancel of TorchServe's example) join the running batch while the sequence's stream
+        still runs, even with ``batchSize: 1``. Plain continuous batching stays at
+        ``batch_size``, as TorchServe's does."""
+        if self.sequence is not None and self.continuous_batching:
+            return 2 * self.batch_size
+        return self.batch_size
+
 
 def sequence_settings(
     yaml: YamlSettings, batch_size: int, max_workers: int

@@ -40,7 +40,11 @@ The rules
   go (TorchServe's example sends ``-1`` to cancel a stream that is still running: it must
   reach the same running batch), and the sequence is not idle until every parked request of
   it has ended (:meth:`SequencePolicy.stream_done`). Between steps, :meth:`SequencePolicy.take`
-  fills the running batch's free slots at once from the ready sequences (no waiting).
+  fills the running batch's free slots at once from the ready sequences (no waiting). For
+  this, the driver's ``batch_size`` is twice the model's ``batchSize``
+  (:attr:`~trioserve.core.model_settings.ModelSettings.batch_capacity`, TorchServe's rule):
+  a running stream then leaves room for its own sequence's next request even with
+  ``batchSize: 1``.
 * A sequence is pinned to one worker for its life (its state lives there): at its first
   dispatch, to the known worker with the fewest pinned open sequences (ties: an idle worker
   with room in this poll, then the one idle first). It waits for a busy least-loaded worker

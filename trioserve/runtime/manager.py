@@ -268,7 +268,7 @@ class ModelManager:
         except GpuError as exc:
             raise errors.bad_request(str(exc)) from None
         device_type = config.device_type or ("gpu" if plan.gpus else "cpu")
-        max_frame = self.settings.max_response_size * settings.batch_size + (1 << 20)
+        max_frame = self.settings.max_response_size * settings.batch_capacity + (1 << 20)
         try:
             tensors = parse_tensor_inputs(loaded.config.raw.get("tensorInputs"))
         except TensorSpecError as exc:
@@ -289,7 +289,7 @@ class ModelManager:
             startup_timeout=settings.startup_timeout,
             stop_grace=self.settings.stop_grace,
             max_frame=max_frame,
-            batch_size=settings.batch_size,
+            batch_capacity=settings.batch_capacity,
             on_metrics=on_metrics,
             on_loaded=self.settings.load_time_sink,
             frame_builder=tensor_frame_builder(tensors) if tensors else default_batch_frame,

@@ -45,9 +45,10 @@ class ModelVersion:
         self.min_workers = settings.min_workers
         self.max_workers = settings.max_workers
         self.queue: Batcher | SequenceBatcher
+        # The queue's batches (each step of a running batch) hold up to batch_capacity.
         if settings.sequence is None:
             self.queue = Batcher(
-                batch_size=settings.batch_size,
+                batch_size=settings.batch_capacity,
                 max_delay=settings.max_batch_delay / 1000.0,
                 capacity=settings.job_queue_size,
                 queue_timeout=pool.queue_timeout,
@@ -55,7 +56,7 @@ class ModelVersion:
         else:
             self.queue = SequenceBatcher(
                 settings.sequence,
-                batch_size=settings.batch_size,
+                batch_size=settings.batch_capacity,
                 id_header=pool.sequence_id_header,
                 end_header=pool.sequence_end_header,
             )

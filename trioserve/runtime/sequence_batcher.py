@@ -62,6 +62,9 @@ def sequence_closed(error: SequenceClosed) -> ServeError:
 
 
 class SequenceBatcher(DecisionLoop):
+    """``batch_size`` is the most requests one batch (one step) holds: the model version's
+    ``ModelSettings.batch_capacity``, twice ``batchSize`` with continuous batching."""
+
     def __init__(
         self,
         settings: SequenceSettings,

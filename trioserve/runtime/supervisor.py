@@ -86,7 +86,9 @@ class WorkerSettings:
     startup_timeout: float
     stop_grace: float
     max_frame: int
-    batch_size: int = 1
+    # The most requests one batch holds (ModelSettings.batch_capacity): with continuous
+    # batching, each step of the running batch, the requests that go on counted.
+    batch_capacity: int = 1
     on_metrics: Callable[[list[Any]], None] | None = None
     on_loaded: Callable[[str, float], None] | None = None  # (worker name, load ms)
     # Builds the BATCH frame for a batch of jobs (the model version adds collated tensors).
@@ -441,11 +443,11 @@ class WorkerSupervisor:
 
     async def _send_step(self, conn: WorkerConnection) -> None:
         """Continuous batching: the last step answered some requests "more to come"; the next
-        step carries them and, in the slots left, what the queue has now (nothing new once a
-        stop is requested: the running streams are drained)."""
+        step carries them and, in the slots they leave of ``batch_capacity``, what the queue
+        has now (nothing new once a stop is requested: the running streams are drained)."""
         resumed = self._inflight.take_continuing()
         self._batcher.park(resumed)
-        room = self.settings.batch_size - len(resumed)
+        room = self.settings.batch_capacity - len(resumed)
         if not self._stop_requested and room > 0:
             self._batcher.take_now(self, room)
         await self._send_batch(conn, self._claim(), resumed=resumed)
