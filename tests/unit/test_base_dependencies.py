@@ -11,14 +11,11 @@ ImportError``) is left to do what it does when the package is missing.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
-import tomllib
-from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
 from pathlib import Path
 
-from packaging.requirements import Requirement
+from ..base_install import allowed_modules, base_distributions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,42 +99,6 @@ for name in names:
         failed[name] = f"{type(exc).__name__}: {exc}"
 print(json.dumps({"imported": len(names), "failed": failed}))
 """
-
-
-def _key(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def base_distributions() -> set[str]:
-    """The distributions ``pip install trioserve`` installs (trioserve's own base
-    requirements and theirs, without extras), as installed in this environment."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    seen: set[str] = set()
-    todo = [Requirement(line) for line in project["dependencies"]]
-    while todo:
-        req = todo.pop()
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        key = _key(req.name)
-        if key in seen:
-            continue
-        seen.add(key)
-        try:
-            requires = distribution(key).requires or []
-        except PackageNotFoundError:
-            continue  # a platform's dependency, not installed here
-        todo += [Requirement(line) for line in requires]
-    return seen
-
-
-def allowed_modules() -> list[str]:
-    """The top-level module names the base distributions provide."""
-    base = base_distributions()
-    return sorted(
-        top
-        for top, dists in packages_distributions().items()
-        if any(_key(dist) in base for dist in dists)
-    )
 
 
 def run_blocked(code: str) -> dict[str, object]:
