@@ -206,6 +206,13 @@ def test_serves_the_demo_models_without_torch(
     )
     assert answer.status_code == 200, answer.text
     assert answer.text == "hello binary"
+    # The MLServer folder too: the model API does without numpy, which the binary lacks.
+    prompt = {"name": "prompt", "shape": [1], "datatype": "BYTES", "data": ["hello"]}
+    text = httpx.post(
+        f"{server.url}/v2/models/textgen/generate", json={"inputs": [prompt]}, timeout=60
+    )
+    assert text.status_code == 200, text.text + server.log
+    assert len(text.json()["outputs"][0]["data"][0].split()) == 16
     # The worker imported trioserve and trio from the extracted zipapp: the bare Python has
     # neither, and gives them no other place to come from.
     where = _whoami(server)

@@ -6,6 +6,7 @@ ports KServe routes to on every interface."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ import yaml
 
 from trioserve.cli import _cli_options, build_parser
 from trioserve.config import ServerConfig, load_config
+from trioserve.config.loading import _ENV_NAMES
 
 KSERVE = Path(__file__).resolve().parents[2] / "kserve"
 MOUNT = "/mnt/models"  # where KServe's storage initializer puts the storageUri's content
@@ -23,6 +25,33 @@ DNS_1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 PROTOCOLS = {"v1", "v2", "grpc-v1", "grpc-v2"}
 RUNTIME_KINDS = {"ServingRuntime", "ClusterServingRuntime"}
 VERSION = re.compile(r"\d+(\.\d+){0,2}\Z")  # "major", "major.minor" or "major.minor.patch"
+# Knative's reservedPorts (knative/serving pkg/apis/serving/k8s_validation.go): the
+# queue-proxy's HTTP/1 and HTTP/2 ports, its admin port, its two metrics ports, and the
+# profiling port (knative.dev/pkg/profiling.ProfilingPort). No container port may be one.
+KNATIVE_RESERVED = {8008, 8012, 8013, 8022, 9090, 9091}
+# Every listener of the management APIs, as trioserve's config loader names them (the keys
+# a TS_* variable can set): each runtime pins every one to the pod's loopback address.
+MANAGEMENT_LISTENERS = sorted(
+    key for key in _ENV_NAMES if "management" in key and key.endswith(("_address", "_port"))
+)
+# KServe's sample config.properties for TorchServe models (KServe's docs and TorchServe's
+# kubernetes/kserve examples): the inference API on 8085 behind TorchServe's wrapper, and the
+# management API on every interface.
+KSERVE_TORCHSERVE_SAMPLE = """\
+inference_address=http://0.0.0.0:8085
+management_address=http://0.0.0.0:8085
+metrics_address=http://0.0.0.0:8082
+grpc_inference_port=7070
+grpc_management_port=7071
+enable_metrics_api=true
+metrics_format=prometheus
+number_of_netty_threads=4
+job_queue_size=10
+enable_envvars_config=true
+install_py_dep_per_model=true
+model_store=/mnt/models/model-store
+model_snapshot={"name":"startup.cfg","modelCount":1,"models":{}}
+"""
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
@@ -92,8 +121,7 @@ def test_runtime_spec_fields(runtime: dict[str, Any]) -> None:
     for port in ports:
         assert type(port["containerPort"]) is int and 0 < port["containerPort"] < 65536
         assert port.get("protocol", "TCP") == "TCP"
-        # Knative's queue-proxy holds these in the pod.
-        assert port["containerPort"] not in {8012, 8013, 8022, 9090, 9091}
+        assert port["containerPort"] not in KNATIVE_RESERVED
     by_name = {port["name"]: port["containerPort"] for port in ports}
     rest = {"v1", "v2"} & set(versions)
     assert (by_name.get("http1") == 8080) == bool(rest)
@@ -164,27 +192,64 @@ def test_a_torchserve_kserve_config_still_serves_on_kserves_ports(tmp_path: Path
     8080), name the kservev2 envelope and list models in a snapshot; with their
     enable_envvars_config=true the runtime's environment brings trioserve back to 8080."""
     runtime = next(r for r in runtimes() if r["metadata"]["name"] == "kserve-trioserve")
-    torchserve = "\n".join(
-        [
-            "inference_address=http://0.0.0.0:8085",
-            "management_address=http://0.0.0.0:8085",
-            "metrics_address=http://0.0.0.0:8082",
-            "grpc_inference_port=7070",
-            "grpc_management_port=7071",
-            "enable_envvars_config=true",
-            "install_py_dep_per_model=true",
-            "service_envelope=kservev2",
-            "model_store=/mnt/models/model-store",
-            'model_snapshot={"name":"startup.cfg","modelCount":1,"models":{}}',
-        ]
-    )
-    config = start(runtime, tmp_path, torchserve + "\n")
+    config = start(runtime, tmp_path, KSERVE_TORCHSERVE_SAMPLE + "service_envelope=kservev2\n")
     assert str(config.inference_address) == "http://0.0.0.0:8080"
     assert (config.grpc_inference_address, config.grpc_inference_port) == ("0.0.0.0", 7070)
     assert config.service_envelope is None
     assert config.load_models == ("all",)
     assert config.disable_token_authorization
     assert "model_snapshot" in config.unknown_keys
+
+
+def test_the_management_listeners_are_the_known_ones() -> None:
+    """A new management listener key makes the test below ask every runtime to pin it."""
+    assert MANAGEMENT_LISTENERS == [
+        "grpc_management_address",
+        "grpc_management_port",
+        "management_address",
+    ]
+
+
+def _loopback(host: str) -> bool:
+    return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+
+
+@pytest.mark.parametrize("runtime", runtimes(), ids=lambda r: r["metadata"]["name"])
+def test_every_runtime_pins_the_management_apis_to_loopback(
+    runtime: dict[str, Any], tmp_path: Path
+) -> None:
+    """Tokens are off under KServe, so a management port the cluster can reach would let
+    anyone scale or set the default version. The runtime's environment keeps both
+    management APIs on the pod's loopback address whatever the model's file says: KServe's
+    own sample opens the REST one on 0.0.0.0:8085; here the gRPC one is opened too."""
+    env = {item["name"]: str(item["value"]) for item in container(runtime)["env"]}
+    pinned = {key: env.get(_ENV_NAMES[key][0]) for key in MANAGEMENT_LISTENERS}
+    assert pinned == {
+        "grpc_management_address": "127.0.0.1",
+        "grpc_management_port": "7071",
+        "management_address": "http://127.0.0.1:8081",
+    }
+    exposed = KSERVE_TORCHSERVE_SAMPLE + "grpc_management_address=0.0.0.0\n"
+    config = start(runtime, tmp_path, exposed)
+    assert _loopback(config.management_address.host), config.management_address
+    assert config.management_address.port == 8081
+    assert _loopback(config.grpc_management_address), config.grpc_management_address
+    assert config.grpc_management_port == 7071
+    # What stays open to the cluster: the routed ports and the metrics scrape.
+    listeners = {
+        "inference": (config.inference_address.host, config.inference_address.port),
+        "metrics": (config.metrics_address.host, config.metrics_address.port),
+        "grpc_inference": (config.grpc_inference_address, config.grpc_inference_port),
+        "management": (config.management_address.host, config.management_address.port),
+        "grpc_management": (config.grpc_management_address, config.grpc_management_port),
+    }
+    assert {name for name, (host, _port) in listeners.items() if not _loopback(host)} == {
+        "inference",
+        "metrics",
+        "grpc_inference",
+    }
+    ports = [port for _host, port in listeners.values()]
+    assert len(set(ports)) == len(ports) and KNATIVE_RESERVED.isdisjoint(ports)
 
 
 @pytest.mark.parametrize("service", services(), ids=lambda s: s["metadata"]["name"])

@@ -25,6 +25,7 @@ from trioserve.http import kserve, oip
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.common import answer_response, json_response, new_app
 from trioserve.http.errors import error_answer, http_status
+from trioserve.http.forms import FORM_TYPES, parse_form
 from trioserve.http.front import FastPath
 from trioserve.http.openapi import inference_document
 from trioserve.http.routes import Route, RouteTable
@@ -36,8 +37,8 @@ from trioserve.runtime.management import ManagementService
 PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 # Request headers never shown to handlers.
 HIDDEN_HEADERS = kserve.HIDDEN_HEADERS  # credentials, the v1 marker
-# Bodies whose fields become the handler's inputs (parsed by Quart).
-FORMS = frozenset({"multipart/form-data", "application/x-www-form-urlencoded"})
+# Bodies whose fields become the handler's inputs (http/forms.py, on the Quart path).
+FORMS = FORM_TYPES
 
 
 def _prediction_routes(endpoint: str) -> list[Route]:
@@ -65,17 +66,14 @@ ROUTES = RouteTable(
 
 
 async def read_params() -> list[Param]:
-    """The handler inputs of the current request (spec §2.2)."""
-    if request.mimetype in FORMS:
-        form = await request.form
-        params = [Param(k, v.encode()) for k, v in form.items(multi=True)]
-        files = await request.files
-        for key, storage in files.items(multi=True):
-            params.append(Param(key, storage.read(), storage.content_type or None))
-        return params
+    """The handler inputs of the current request (spec §2.2): a form's fields, parsed
+    strictly (a malformed form is a 400 that says why), else the body."""
     body = await request.get_data(cache=False)
     assert isinstance(body, bytes)
-    return [Param("body", body, request.headers.get("Content-Type"))]
+    content_type = request.headers.get("Content-Type")
+    if content_type is not None and request.mimetype in FORMS:
+        return parse_form(content_type, body)
+    return [Param("body", body, content_type)]
 
 
 class ReplyBody:
@@ -206,7 +204,7 @@ def fast_path(
         kserve_api = route.endpoint in oip.OIP_ENDPOINTS or route.endpoint in kserve.V1_ENDPOINTS
         content_type = request.header(b"content-type")
         if not kserve_api and content_type is not None and _mimetype(content_type) in FORMS:
-            return None  # Quart parses forms
+            return None  # forms go through the Quart app
         if tokens is not None:
             try:
                 ROUTES.authorize(

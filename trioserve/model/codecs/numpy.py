@@ -1,12 +1,18 @@
-"""``NumpyCodec`` ("np"): a tensor as a NumPy array; ``NumpyRequestCodec``: a request as one."""
+"""``NumpyCodec`` ("np"): a tensor as a NumPy array; ``NumpyRequestCodec``: a request as one.
+
+numpy is not one of trioserve's base dependencies (docs/design.md, "numpy and the model
+API"), so this module does not import it: ``np`` is numpy imported on first use, with an
+error that says how to install it. ``mlserver.codecs``, and so every MLServer model folder,
+loads without numpy; only encoding or decoding an array needs it. ``can_encode`` is false
+while numpy has not been imported by anyone (no array can exist before), and
+``NumpyCodec.TypeHint`` is ``numpy.ndarray`` where numpy is installed.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+import sys
+from typing import TYPE_CHECKING, Any
 
 from ..types import Datatype, Parameters, RequestInput, ResponseOutput, TensorData
 from .base import InputCodec, register_input_codec, register_request_codec
@@ -14,7 +20,49 @@ from .lists import is_list_of
 from .string import encode_str
 from .utils import InputOrOutput, SingleInputRequestCodec, inject_batch_dimension
 
-__all__ = ["NumpyCodec", "NumpyRequestCodec", "to_datatype", "to_dtype"]
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = ["NUMPY_MISSING", "NumpyCodec", "NumpyRequestCodec", "to_datatype", "to_dtype"]
+
+NUMPY_MISSING = (
+    "NumpyCodec (content type 'np') needs numpy, which is not installed here: "
+    "pip install numpy (trioserve's 'torch' extra includes it)"
+)
+
+
+class _LazyNumpy:
+    """Stands for the numpy module until an attribute is first looked up: then imports it
+    and puts it in its place (this module's ``np``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            import numpy
+        except ModuleNotFoundError as exc:
+            if exc.name != "numpy":
+                raise
+            raise ModuleNotFoundError(NUMPY_MISSING, name="numpy") from None
+        globals()["np"] = numpy
+        return getattr(numpy, name)
+
+
+if not TYPE_CHECKING:
+    np = _LazyNumpy()
+
+
+class _NoNumpy:
+    """``NumpyCodec.TypeHint`` where numpy is not installed: no type hint is this class."""
+
+
+class _NumpyCodecType(type):
+    @property
+    def TypeHint(cls) -> Any:
+        try:
+            return np.ndarray
+        except ModuleNotFoundError:
+            return _NoNumpy
+
 
 _TO_NUMPY: dict[Datatype, str] = {
     Datatype.BOOL: "bool",
@@ -90,15 +138,16 @@ def _encode_data(data: npt.NDArray[Any], datatype: Datatype) -> list[Any]:
 
 
 @register_input_codec
-class NumpyCodec(InputCodec):
+class NumpyCodec(InputCodec, metaclass=_NumpyCodecType):
     """Decodes an input (output) tensor as a NumPy array of its shape."""
 
     ContentType = "np"
-    TypeHint = np.ndarray
 
     @classmethod
     def can_encode(cls, payload: Any) -> bool:
-        return isinstance(payload, np.ndarray)
+        # Without numpy imported no array exists: nothing to import to say so.
+        numpy = sys.modules.get("numpy")
+        return numpy is not None and isinstance(payload, numpy.ndarray)
 
     @classmethod
     def encode_output(cls, name: str, payload: Any, **kwargs: Any) -> ResponseOutput:
