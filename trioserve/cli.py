@@ -3,6 +3,8 @@
 TorchServe's launcher flags work as they did (``--start``, ``--stop``, ``--foreground``,
 ``--model-store``, ``--models``, ``--ts-config``, ``--ncs``, ``--disable-token-auth``,
 ``--enable-model-api``); ``trioserve start`` / ``trioserve stop`` are the same actions.
+``--enable-envvars-config`` is trioserve's own: the ``TS_*`` variables apply whatever the
+config file says (KServe's runtimes pin their listeners with it).
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ def _start_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--disable-token-auth", "--dt", action="store_true")
     parser.add_argument("--enable-model-api", action="store_true")
     parser.add_argument(
+        "--enable-envvars-config",
+        action="store_true",
+        help="apply TS_* environment variables even when the config file does not say "
+        "enable_envvars_config=true (a launcher that owns the environment: KServe's runtimes)",
+    )
+    parser.add_argument(
         "--strict-config",
         action="store_true",
         help="refuse to start when the config file sets a key trioserve does not use",
@@ -80,6 +88,7 @@ def _cli_options(args: argparse.Namespace) -> CliOptions:
         ncs=args.ncs,
         disable_token_auth=args.disable_token_auth,
         enable_model_api=args.enable_model_api,
+        enable_envvars_config=args.enable_envvars_config,
         foreground=args.foreground,
         strict_config=args.strict_config,
     )

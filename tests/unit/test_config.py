@@ -974,3 +974,18 @@ def test_switching_oip_off_is_warned_about(caplog: pytest.LogCaptureFixture) -> 
         assert caplog.records == []
         warn_about_settings(ServerConfig(ts_open_inference_protocol=False))
     assert "cannot be switched off" in caplog.records[0].getMessage()
+
+
+def test_enable_envvars_config_on_the_command_line(tmp_path: Path) -> None:
+    """trioserve's --enable-envvars-config (KServe's runtimes): the TS_* variables apply to a
+    file that never says enable_envvars_config=true."""
+    cli = CliOptions(enable_envvars_config=True)
+    cfg = load_text(
+        tmp_path,
+        "job_queue_size=7\nmanagement_address=http://0.0.0.0:8085\n",
+        cli=cli,
+        env={"TS_JOB_QUEUE_SIZE": "5", "TS_MANAGEMENT_ADDRESS": "http://127.0.0.1:8081"},
+    )
+    assert cfg.enable_envvars_config is True
+    assert cfg.job_queue_size == 5
+    assert str(cfg.management_address) == "http://127.0.0.1:8081"

@@ -214,14 +214,17 @@ def _loopback(host: str) -> bool:
     return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
 
 
+@pytest.mark.parametrize("without_envvars_flag", [False, True], ids=["sample", "no-envvars-flag"])
 @pytest.mark.parametrize("runtime", runtimes(), ids=lambda r: r["metadata"]["name"])
 def test_every_runtime_pins_the_management_apis_to_loopback(
-    runtime: dict[str, Any], tmp_path: Path
+    runtime: dict[str, Any], tmp_path: Path, without_envvars_flag: bool
 ) -> None:
     """Tokens are off under KServe, so a management port the cluster can reach would let
     anyone scale or set the default version. The runtime's environment keeps both
     management APIs on the pod's loopback address whatever the model's file says: KServe's
-    own sample opens the REST one on 0.0.0.0:8085; here the gRPC one is opened too."""
+    own sample opens the REST one on 0.0.0.0:8085; here the gRPC one is opened too. The
+    runtime's --enable-envvars-config makes its TS_* variables apply also when the model's
+    file lacks enable_envvars_config=true."""
     env = {item["name"]: str(item["value"]) for item in container(runtime)["env"]}
     pinned = {key: env.get(_ENV_NAMES[key][0]) for key in MANAGEMENT_LISTENERS}
     assert pinned == {
@@ -230,6 +233,9 @@ def test_every_runtime_pins_the_management_apis_to_loopback(
         "management_address": "http://127.0.0.1:8081",
     }
     exposed = KSERVE_TORCHSERVE_SAMPLE + "grpc_management_address=0.0.0.0\n"
+    if without_envvars_flag:  # a model's own file that never opted in to TS_* variables
+        exposed = exposed.replace("enable_envvars_config=true\n", "")
+        assert "enable_envvars_config" not in exposed
     config = start(runtime, tmp_path, exposed)
     assert _loopback(config.management_address.host), config.management_address
     assert config.management_address.port == 8081

@@ -5,7 +5,9 @@ trioserve reads the same ``config.properties`` files as TorchServe and resolves 
 same way. Where a value comes from, highest priority first:
 
 1. the environment, as ``TS_<NAME>`` -- only when the config file itself says
-   ``enable_envvars_config=true`` (the flag is never read from the environment). The
+   ``enable_envvars_config=true`` or the command line says ``--enable-envvars-config``
+   (trioserve's own flag, for launchers that own the environment, such as KServe's
+   runtimes; the switch is never read from the environment). The
    variable names are TorchServe's: ``TS_`` plus the key in upper case, except
    ``TS_TOKEN_EXPIRATION_TIME_MIN`` (``TS_TOKEN_EXPIRATION_MIN`` is accepted too),
    ``TS_OPEN_INFERENCE_PROTOCOL`` and ``TS_HEADER_KEY_SEQUENCE_ID/_START/_END``.
@@ -260,6 +262,8 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         raw["disable_token_authorization"] = RawValue("true", "by --disable-token-auth")
     if cli.enable_model_api:
         raw["enable_model_api"] = RawValue("true", "by --enable-model-api")
+    if cli.enable_envvars_config:
+        raw["enable_envvars_config"] = RawValue("true", "by --enable-envvars-config")
 
     # the environment; the switches themselves only come from the file
     from_file = Values(raw)

@@ -68,6 +68,7 @@ class CliOptions:
     ncs: bool = False
     disable_token_auth: bool = False
     enable_model_api: bool = False
+    enable_envvars_config: bool = False  # TS_* variables apply whatever the file says
     foreground: bool = False
     strict_config: bool = False  # a key the server does not use is an error, not a warning
 
