@@ -23,8 +23,9 @@ from typing import Any, Final
 
 from pydantic_core import from_json
 
-# jiter's own recursion limit: 200 nested arrays or objects parse, 201 do not. It is fixed
-# in the parser (pydantic_core offers no setting); test_jsontext.py pins it.
+# jiter's own recursion limit, fixed in the parser (pydantic_core offers no setting):
+# 200 levels of objects and arrays parse, 201 objects or 202 arrays do not (jiter counts
+# the innermost array one lower). test_jsontext.py pins it.
 MAX_DEPTH: Final = 200
 
 # jiter's words for the two failures said differently here.

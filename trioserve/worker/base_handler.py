@@ -168,12 +168,17 @@ class BaseHandler:
         import torch
 
         rows = []
-        for row in data:
+        for index, row in enumerate(data):
             value = row
             if isinstance(row, dict):
                 value = row["data"] if "data" in row else row.get("body")
             if isinstance(value, bytes | bytearray):
-                value = jsontext.parse(bytes(value))
+                try:
+                    value = jsontext.parse(bytes(value))
+                except jsontext.JSONError as exc:
+                    raise PredictionException(
+                        f"request {index}: body is not JSON: {exc}", 400
+                    ) from None
             rows.append(value)
         return torch.as_tensor(rows, device=self.device)
 
