@@ -123,6 +123,68 @@ def streams(scenario: str, target: str) -> Any:
         return [decoded(ModelInferResponseConverter.to_types(r)) for r in responses]
 
 
+def serialized(payload: InferenceRequest) -> dict[str, Any]:
+    """``payload`` as MLServer's types serialize it, four ways: ``.dict()`` (every unset
+    optional field as null, what MLServer's docs post), ``.dict(exclude_none=True)``,
+    ``.model_dump()`` (MLServer's default leaves nulls out) and ``.model_dump()`` told to keep
+    them."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pydantic: .dict() is deprecated (clients use it)
+        return {
+            "dict": payload.dict(),
+            "dict_exclude_none": payload.dict(exclude_none=True),
+            "model_dump": payload.model_dump(),
+            "model_dump_nulls": payload.model_dump(exclude_none=False, exclude_unset=False),
+        }
+
+
+def nulls(http: str) -> Any:
+    """Every REST inference route, with MLServer's own request types serialized each way:
+    ``requests`` for ``infer`` / ``generate``, ``httpx_sse`` for the two SSE routes."""
+    import httpx
+    from httpx_sse import connect_sse
+    from mlserver.types import RequestOutput
+
+    numbers = request(1.0, "n-1")
+    numbers.outputs = [RequestOutput(name="x")]
+    words = text("one two", "w-1")
+    words.inputs[0].parameters = Parameters(content_type="str")
+    result: dict[str, Any] = {}
+    for way, body in serialized(numbers).items():
+        seen: dict[str, Any] = {"nulls": "null" in json.dumps(body)}
+        reply = requests.post(f"{http}/v2/models/doubler/infer", json=body, timeout=30)
+        seen["infer"] = [reply.status_code, reply.json()]
+        if reply.ok:
+            seen["infer"][1] = decoded(InferenceResponse.model_validate(reply.json()))
+        result[way] = seen
+    for way, body in serialized(words).items():
+        seen = result[way]
+        seen["text_nulls"] = "null" in json.dumps(body)
+        reply = requests.post(f"{http}/v2/models/streamer/generate", json=body, timeout=30)
+        seen["generate"] = [reply.status_code, reply.json()]
+        if reply.ok:
+            seen["generate"][1] = decoded(InferenceResponse.model_validate(reply.json()))
+        for route in ("infer_stream", "generate_stream"):
+            url = f"{http}/v2/models/streamer/{route}"
+            with (
+                httpx.Client(timeout=30) as client,
+                connect_sse(client, "POST", url, json=body) as source,
+            ):
+                answer = source.response
+                if answer.status_code != 200:
+                    seen[route] = [answer.status_code, answer.read().decode()]
+                    continue
+                seen[route] = [200] + [
+                    event.data
+                    if event.event == "error"
+                    else decoded(InferenceResponse.model_validate_json(event.data))
+                    for event in source.iter_sse()
+                ]
+    return result
+
+
 def main() -> None:
     scenario, http, target = sys.argv[1:4]
     result: Any
@@ -167,6 +229,8 @@ def main() -> None:
         "deadline",
     ):
         result = streams(scenario, target)
+    elif scenario == "nulls":
+        result = nulls(http)
     elif scenario == "sse":
         # MLServer's documented streaming client: httpx_sse over generate_stream
         import httpx

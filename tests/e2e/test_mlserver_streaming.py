@@ -241,6 +241,27 @@ def test_httpx_sse_and_requests_clients(server: Server) -> None:
     assert got == {"sse": [["one"], ["two"], ["three"]], "generate": [[4]]}
 
 
+def test_mlserver_types_posted_with_or_without_nulls_on_every_rest_route(
+    server: Server,
+) -> None:
+    """MLServer's documented client posts ``request.dict()``: every unset optional field as
+    ``null`` (``"id": null``, ``"parameters": {"content_type": "str", "headers": null}``).
+    ``/infer``, ``/generate``, ``/infer_stream`` and ``/generate_stream`` take it, as MLServer
+    does, and answer exactly as for the same request without the nulls."""
+    got = mlserver_client(server, "nulls")
+    assert set(got) == {"dict", "dict_exclude_none", "model_dump", "model_dump_nulls"}
+    assert got["dict"]["nulls"] and got["dict"]["text_nulls"]  # the case this is about
+    assert got["model_dump_nulls"]["nulls"] and not got["model_dump"]["nulls"]
+    for way, seen in got.items():
+        assert seen["infer"][0] == 200, (way, seen["infer"])
+        answer = seen["infer"][1]
+        assert answer["id"] == "n-1" and answer["x"] == [[2.5, 5.0, 7.5]], (way, answer)
+        assert seen["generate"] == [200, {"id": "w-1", "model": "streamer", "count": [[2]]}], way
+        tokens = [{"id": "w-1", "model": "streamer", "token": [w]} for w in ("one", "two")]
+        assert seen["infer_stream"] == [200, *tokens], (way, seen["infer_stream"])
+        assert seen["generate_stream"] == [200, *tokens], (way, seen["generate_stream"])
+
+
 def test_sigterm_with_open_streams_closes_them_after_the_grace(tmp_path: Path) -> None:
     """A drain lets open streams run for shutdown_grace_seconds, then cancels them: the
     model's generators are closed (their finally runs), the client's stream ends and the

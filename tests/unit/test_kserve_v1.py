@@ -45,7 +45,7 @@ def run(items: list[WorkItem], handler: Any, envelope: str | None = None) -> Bat
     ("body", "says"),
     [
         (b"{", "not JSON"),
-        (b'{"instances": ["\xc3\x28"]}', "not UTF-8 JSON"),
+        (b'{"instances": ["\xc3\x28"]}', "not JSON: invalid UTF-8 at line 1 column 17"),
         (b"[1, 2]", "must be a JSON object"),
         (b'{"inputs": [1]}', 'no "instances" field'),
         (b'{"instances": {"a": 1}}', '"instances" must be an array, not an object'),

@@ -143,7 +143,7 @@ def test_body_may_be_a_memoryview_or_bytearray() -> None:
             "invalid inference request: inputs[0].parameters must be an object",
         ),
         (
-            b'{"inputs": [], "parameters": {"x": null}}',
+            b'{"inputs": [], "parameters": {"x": [1]}}',
             "invalid inference request: parameters.x must be a string, number or boolean",
         ),
         (

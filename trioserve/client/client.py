@@ -14,7 +14,6 @@ Every call takes ``timeout=`` (seconds, sent as the gRPC deadline); the client's
 
 from __future__ import annotations
 
-import json
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -45,6 +44,7 @@ from trioserve._proto.org.pytorch.serve.grpc.management import (
     SetDefaultRequest,
     UnregisterModelRequest,
 )
+from trioserve.core import jsontext
 
 Inputs = Mapping[str, bytes] | bytes
 Requests = Iterable[PredictionsRequest] | AsyncIterable[PredictionsRequest]
@@ -95,7 +95,7 @@ def _generator(
 def _status_text(msg: str) -> str:
     """The ``status`` text of a management answer (the whole text if it has none)."""
     try:
-        body = json.loads(msg)
+        body = jsontext.parse(msg)
     except ValueError:
         return msg
     if isinstance(body, dict) and isinstance(body.get("status"), str):
@@ -171,7 +171,7 @@ class Client:
         """The server's health: ``"Healthy"`` or ``"Unhealthy"``."""
         with _deadline_status():
             response = await self._inference().ping(timeout=timeout)
-        return str(json.loads(response.health)["status"])
+        return str(jsontext.parse(response.health)["status"])
 
     async def predictions(
         self,
@@ -290,7 +290,7 @@ class Client:
         request = ListModelsRequest(limit=limit, next_page_token=next_page_token)
         with _deadline_status():
             response = await self._management().list_models(request, timeout=timeout)
-        body: dict[str, Any] = json.loads(response.msg)
+        body: dict[str, Any] = jsontext.parse(response.msg)
         return body
 
     async def describe_model(
@@ -307,7 +307,7 @@ class Client:
         )
         with _deadline_status():
             response = await self._management().describe_model(request, timeout=timeout)
-        described: list[dict[str, Any]] = json.loads(response.msg)
+        described: list[dict[str, Any]] = jsontext.parse(response.msg)
         return described
 
     async def scale_worker(

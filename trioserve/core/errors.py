@@ -10,11 +10,18 @@ TorchServe body), gRPC in :mod:`trioserve.grpc.errors` (status code and ``ErrorI
 The one number an error may carry is ``code``, on :attr:`ErrorKind.HANDLER_FAILED` only:
 a handler may choose the status of its own failure (``PredictionException(message, code)``
 in TorchServe's handler contract), and adapters honour it.
+
+A message never carries more than :data:`MAX_MESSAGE` characters: where it quotes a value
+the client sent (a name, a datatype, a key), :func:`quote` gives a prefix and the length; and
+whatever a call site does, :class:`ServeError` cuts its message to the limit (on
+construction and on every later assignment), so an error body stays small however large the
+input it reports.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import Final
 
 
 class ErrorKind(enum.Enum):
@@ -75,8 +82,40 @@ DEFAULT_REASON: dict[ErrorKind, str] = {
 }
 
 
+# The longest message an error carries (characters), and how much of a quoted value it shows.
+MAX_MESSAGE: Final = 4096
+QUOTE_LIMIT: Final = 64
+
+
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``value`` as ``repr`` shows it (``'name'``); when that is long, only a prefix,
+    followed by the length: a message names what the client sent without echoing all of
+    it (``'nnnn...'... (1048576 characters)``)."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    return excerpt(repr(value), limit)
+
+
+def excerpt(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` as it is, or its first ``limit`` characters and its length when longer
+    (for messages that show a client's value unquoted, as TorchServe's wording does)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to at most ``limit`` characters, saying how long it was."""
+    if len(message) <= limit:
+        return message
+    tail = f"... (message cut: {len(message)} characters)"
+    return message[: limit - len(tail)] + tail
+
+
 class ServeError(Exception):
-    """An error that is reported to a client."""
+    """An error that is reported to a client. Its :attr:`message` is :func:`bounded`."""
 
     def __init__(
         self,
@@ -87,12 +126,21 @@ class ServeError(Exception):
         retry_after: int | None = None,
         code: int | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__()
         self.kind = kind
-        self.message = message
+        self.message = message  # the property: cut, and kept in args
         self.reason = reason if reason is not None else DEFAULT_REASON[kind]
         self.retry_after = retry_after  # seconds after which a retry may succeed
         self.code = code if kind is ErrorKind.HANDLER_FAILED else None
+
+    @property
+    def message(self) -> str:
+        return self._message
+
+    @message.setter
+    def message(self, text: str) -> None:
+        self._message = bounded(text)
+        self.args = (self._message,)
 
     @property
     def client_fault(self) -> bool:
@@ -112,14 +160,14 @@ def bad_request(message: str) -> ServeError:
 
 def model_not_found(name: str) -> ServeError:
     return ServeError(
-        ErrorKind.NOT_FOUND, f"Model not found: {name}", reason="ModelNotFoundException"
+        ErrorKind.NOT_FOUND, f"Model not found: {excerpt(name)}", reason="ModelNotFoundException"
     )
 
 
 def version_not_found(name: str, version: str) -> ServeError:
     return ServeError(
         ErrorKind.NOT_FOUND,
-        f"Model version: {version} does not exist for model: {name}",
+        f"Model version: {excerpt(version)} does not exist for model: {excerpt(name)}",
         reason="ModelVersionNotFoundException",
     )
 

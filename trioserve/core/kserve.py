@@ -13,10 +13,10 @@ what it stands for, applied to that request only (see :mod:`trioserve.worker.kse
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, Final
 
+from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError
 
 __all__ = ["EXPLAIN_HEADER", "V1_HEADER", "answer_body", "answer_key", "instances_of"]
@@ -43,10 +43,8 @@ def instances_of(body: bytes | bytearray | memoryview) -> list[Any]:
     """The instances of a v1 request body; ``ServeError(BAD_INPUT)`` saying what is wrong
     when it is not ``{"instances": [...]}``."""
     try:
-        value = json.loads(bytes(body))
-    except UnicodeDecodeError:
-        raise ServeError(ErrorKind.BAD_INPUT, "the request body is not UTF-8 JSON") from None
-    except ValueError as exc:
+        value = jsontext.parse(body)
+    except jsontext.JSONError as exc:
         raise ServeError(ErrorKind.BAD_INPUT, f"the request body is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise ServeError(

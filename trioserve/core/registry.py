@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from trioserve.core.errors import ErrorKind, ServeError, model_not_found, version_not_found
+from trioserve.core.errors import (
+    ErrorKind,
+    ServeError,
+    excerpt,
+    model_not_found,
+    version_not_found,
+)
 
 T = TypeVar("T")
 
@@ -67,7 +73,7 @@ class Registry(Generic[T]):
         if version not in versions:
             raise ServeError(
                 ErrorKind.NOT_FOUND,
-                f"Model version {version} does not exist for model {name}",
+                f"Model version {excerpt(version)} does not exist for model {name}",
                 reason="ModelVersionNotFoundException",
             )
         self._default[name] = version

@@ -23,7 +23,7 @@ from trioserve._proto.grpc.health.v1 import (
     HealthCheckResponseServingStatus,
 )
 from trioserve.auth import KeyKind
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, quote
 from trioserve.grpc.calls import Method, RpcContext, Send, ServerStreaming, Unary
 from trioserve.runtime.dataplane import Dataplane
 
@@ -64,7 +64,7 @@ class HealthRpcs:
     async def check(self, request: HealthCheckRequest, _context: RpcContext) -> HealthCheckResponse:
         status = self.status(request.service)
         if status is Status.SERVICE_UNKNOWN:
-            raise ServeError(ErrorKind.NOT_FOUND, f"unknown service {request.service!r}")
+            raise ServeError(ErrorKind.NOT_FOUND, f"unknown service {quote(request.service)}")
         return HealthCheckResponse(status=status)
 
     async def watch(

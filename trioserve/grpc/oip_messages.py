@@ -16,7 +16,7 @@ from trioserve._proto.inference import (
     ModelInferResponseInferOutputTensor,
     ModelMetadataResponseTensorMetadata,
 )
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, quote
 from trioserve.core.oip.datatypes import lookup_datatype
 from trioserve.core.oip.raw import TensorMeta
 from trioserve.core.oip.request import RequestedOutput
@@ -89,7 +89,7 @@ def _bad(message: str) -> ServeError:
 
 
 def _typed_input(tensor: ModelInferRequestInferInputTensor, parameters: Parameters) -> Tensor:
-    where = f"input {tensor.name!r}: "
+    where = f"input {quote(tensor.name)}: "
     info = lookup_datatype(tensor.datatype, context=where)
     contents = tensor.contents
     if info.contents_field is None:
@@ -122,14 +122,14 @@ def request_inputs(message: ModelInferRequest) -> list[Tensor]:
     inputs = []
     for index, tensor in enumerate(message.inputs):
         if tensor.name in seen:
-            raise _bad(f"input {tensor.name!r} is given more than once")
+            raise _bad(f"input {quote(tensor.name)} is given more than once")
         seen.add(tensor.name)
         parameters = parameters_of(tensor.parameters)
         if raw:
             contents = tensor.contents
             if contents is not None and any(getattr(contents, n) for n in CONTENTS_FIELDS):
                 raise _bad(
-                    f"input {tensor.name!r}: contents and raw_input_contents cannot both "
+                    f"input {quote(tensor.name)}: contents and raw_input_contents cannot both "
                     "be used in one request"
                 )
             inputs.append(

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from trioserve._proto.inference import ModelInferRequest, ModelInferResponse
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, quote
 from trioserve.grpc.calls import Receive, RpcContext, single_error
 from trioserve.grpc.oip_messages import (
     infer_response,
@@ -56,7 +56,7 @@ async def stream_into_model(
                 raise ServeError(
                     ErrorKind.BAD_INPUT,
                     f"this stream goes to model {model.name!r} (its first request's); a later "
-                    f"request names {message.model_name!r}",
+                    f"request names {quote(message.model_name)}",
                 )
             oip.send_inputs(
                 call,

@@ -3,14 +3,16 @@
 Every HTTP answer that reports a :class:`~trioserve.core.errors.ServeError` is built here:
 status from :data:`HTTP_STATUS` (or the handler's own code), body
 ``{"code", "type", "message"}`` with the error's reason as ``type``, ``Retry-After`` when
-the error says when to retry. An error closes the connection, as TorchServe's do.
+the error says when to retry. An error closes the connection, as TorchServe's do. No body
+carries a message longer than :data:`~trioserve.core.errors.MAX_MESSAGE` characters: a
+``ServeError`` cuts its own, and a protocol error's is cut here.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, bounded
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer, json_text
 
 HTTP_STATUS: Final[dict[ErrorKind, int]] = {
@@ -59,5 +61,5 @@ def protocol_error_answer(status: int, message: str) -> Answer:
     large a head): TorchServe's body with the HTTP status the parser chose."""
     reason = "BadRequestException" if status < 500 else "InternalServerException"
     headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", "application/json")]
-    body = {"code": status, "type": reason, "message": message}
+    body = {"code": status, "type": reason, "message": bounded(message)}
     return Answer(status, headers, json_text(body).encode(), close=True)

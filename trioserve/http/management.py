@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +11,7 @@ from quart_trio import QuartTrio
 
 from trioserve import __version__
 from trioserve.auth import KeyKind, TokenStore, bearer
-from trioserve.core import errors
+from trioserve.core import errors, jsontext
 from trioserve.http.common import DOC_ROUTES, install_token_check, json_response, new_app
 from trioserve.http.openapi import management_document
 from trioserve.metrics import ServerMetrics
@@ -30,8 +29,8 @@ async def register_params() -> Mapping[str, Any]:
         raw = await request.get_data(as_text=False)
         if raw.strip():
             try:
-                body = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as exc:
+                body = jsontext.parse(raw)
+            except jsontext.JSONError as exc:
                 raise errors.bad_request(f"The request body is not valid JSON: {exc}") from None
             if not isinstance(body, dict):
                 raise errors.bad_request("The JSON request body must be an object.")

@@ -26,6 +26,7 @@ import trio
 
 from trioserve import __version__
 from trioserve.auth import KeyKind
+from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError, internal_error
 from trioserve.core.oip import (
     HEADER_LENGTH_HEADER,
@@ -237,8 +238,8 @@ def _json_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         return {}
     try:
-        value = json.loads(body)
-    except ValueError as exc:
+        value = jsontext.parse(body)
+    except jsontext.JSONError as exc:
         raise ServeError(ErrorKind.BAD_INPUT, f"malformed JSON: {exc}") from None
     if not isinstance(value, dict):
         raise ServeError(ErrorKind.BAD_INPUT, "the request body must be a JSON object")

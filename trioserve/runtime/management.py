@@ -7,7 +7,6 @@ plus a JSON-able body) or raises :class:`ServeError`. Response texts are TorchSe
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from trioserve.core import errors
+from trioserve.core import errors, jsontext
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Param
 from trioserve.core.model_settings import RegisterOptions
@@ -53,13 +52,15 @@ def int_param(params: Mapping[str, Any], name: str) -> int | None:
     if value is None or value == "":
         return None
     if isinstance(value, bool):
-        raise errors.bad_request(f"Parameter {name} must be an integer, got {value!r}.")
+        raise errors.bad_request(f"Parameter {name} must be an integer, got {errors.quote(value)}.")
     if isinstance(value, int):
         return value
     try:
         return int(str(value).strip())
     except ValueError:
-        raise errors.bad_request(f"Parameter {name} must be an integer, got {value!r}.") from None
+        raise errors.bad_request(
+            f"Parameter {name} must be an integer, got {errors.quote(value)}."
+        ) from None
 
 
 def bool_param(params: Mapping[str, Any], name: str, default: bool) -> bool:
@@ -73,7 +74,7 @@ def bool_param(params: Mapping[str, Any], name: str, default: bool) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise errors.bad_request(f"Parameter {name} must be true or false, got {value!r}.")
+    raise errors.bad_request(f"Parameter {name} must be true or false, got {errors.quote(value)}.")
 
 
 def str_param(params: Mapping[str, Any], name: str) -> str | None:
@@ -81,7 +82,7 @@ def str_param(params: Mapping[str, Any], name: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise errors.bad_request(f"Parameter {name} must be a string, got {value!r}.")
+        raise errors.bad_request(f"Parameter {name} must be a string, got {errors.quote(value)}.")
     return value
 
 
@@ -166,14 +167,14 @@ def describe_model(model: ModelVersion) -> dict[str, Any]:
 
 def _parse_metadata(body: bytes) -> Any:
     try:
-        parsed = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        parsed = jsontext.parse(body)
+    except jsontext.JSONError:
         return {}
     # A handler returning a JSON string holding JSON (TorchServe's examples do) is unwrapped.
     if isinstance(parsed, str):
         try:
-            return json.loads(parsed)
-        except json.JSONDecodeError:
+            return jsontext.parse(parsed)
+        except jsontext.JSONError:
             return {}
     return parsed
 
@@ -204,7 +205,7 @@ class ManagementService:
         if url is None:
             raise errors.bad_request("Parameter url is required.")
         if not isinstance(url, str):
-            raise errors.bad_request(f"Parameter url must be a string, got {url!r}.")
+            raise errors.bad_request(f"Parameter url must be a string, got {errors.quote(url)}.")
         if url == "":
             raise errors.ServeError(
                 errors.ErrorKind.NOT_FOUND, "empty url", reason="ModelNotFoundException"

@@ -13,7 +13,6 @@ module defines exactly one class: it doubles as the handler module ``base_handle
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import sys
@@ -21,6 +20,7 @@ import time
 import warnings
 from typing import Any
 
+from trioserve.core import jsontext
 from trioserve.worker.errors import LoadError, PredictionException
 from trioserve.worker.util import list_classes_from_module, load_label_mapping
 
@@ -168,12 +168,17 @@ class BaseHandler:
         import torch
 
         rows = []
-        for row in data:
+        for index, row in enumerate(data):
             value = row
             if isinstance(row, dict):
                 value = row["data"] if "data" in row else row.get("body")
             if isinstance(value, bytes | bytearray):
-                value = json.loads(bytes(value))
+                try:
+                    value = jsontext.parse(bytes(value))
+                except jsontext.JSONError as exc:
+                    raise PredictionException(
+                        f"request {index}: body is not JSON: {exc}", 400
+                    ) from None
             rows.append(value)
         return torch.as_tensor(rows, device=self.device)
 

@@ -2,7 +2,8 @@
 
 Input (TorchServe's worker-side decoding, on unless ``TS_DECODE_INPUT_REQUEST`` says
 otherwise): a parameter whose content type is exactly ``application/json`` becomes the
-``json.loads`` result (the raw bytes as a ``bytearray`` if that fails); one whose content
+parsed JSON value (:func:`trioserve.core.jsontext.parse`); the raw bytes as a ``bytearray``
+if that fails, as for a body nested deeper than its depth limit; one whose content
 type starts with ``text`` becomes a ``str`` (a ``bytearray`` if it is not UTF-8); anything
 else is a ``bytearray``.
 
@@ -19,6 +20,7 @@ import sys
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+from trioserve.core import jsontext
 from trioserve.core.messages import Param, WorkItem
 
 
@@ -34,8 +36,8 @@ def decode_value(param: Param, decode: bool = True) -> Any:
     content_type = param.content_type or ""
     if decode and content_type == "application/json":
         try:
-            return json.loads(bytes(raw))
-        except (UnicodeDecodeError, ValueError):
+            return jsontext.parse(bytes(raw))
+        except jsontext.JSONError:
             return bytearray(raw)
     if decode and content_type.startswith("text"):
         try:

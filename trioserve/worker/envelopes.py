@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from trioserve.core import jsontext
 from trioserve.core.errors import ServeError
 from trioserve.core.oip.request import InferRequest, parse_infer_request
 from trioserve.worker.errors import LoadError, PredictionException
@@ -75,8 +76,8 @@ def _instances(row: Any, idx: int) -> list[Any]:
         value = row.get("body")
     if isinstance(value, bytes | bytearray | str):
         try:
-            value = json.loads(value)
-        except ValueError:
+            value = jsontext.parse(value)
+        except jsontext.JSONError:
             raise PredictionException(f"request {idx}: body is not JSON", 400) from None
     if not isinstance(value, dict) or not isinstance(value.get("instances"), list):
         raise PredictionException(

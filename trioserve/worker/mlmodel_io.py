@@ -9,9 +9,9 @@ outputs go back as OIP output tensors, their parameters kept when they are plain
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Reply, WorkItem
 from trioserve.core.oip.tensor import Parameters, Tensor
@@ -37,7 +37,7 @@ def inference_request(types: Any, model_name: str, item: WorkItem) -> Any:
             code=400,
         )
     described = next((v for k, v in item.headers if k == REQUEST_HEADER), None)
-    request: dict[str, Any] = json.loads(described) if described else {}
+    request: dict[str, Any] = jsontext.parse(described) if described else {}
     inputs = []
     for param in item.params:
         if not is_tensor_param(param):

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trioserve.core import jsontext
 from trioserve.core.errors import ServeError
 from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.core.oip.tensor import Tensor
@@ -209,7 +210,7 @@ def _join(request_id: str, parts: list[Reply]) -> Reply:
     for part in parts:
         for key, value in part.headers.items():
             if key == ROW_OUTPUT_HEADER:
-                described.append(json.loads(value))
+                described.append(jsontext.parse(value))
             else:
                 headers[key] = value
     headers[OUTPUTS_HEADER] = json.dumps(described, separators=(",", ":"))

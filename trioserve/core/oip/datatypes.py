@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, quote
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,6 @@ def lookup_datatype(name: str, *, context: str = "") -> Datatype:
     if found is None:
         raise ServeError(
             ErrorKind.BAD_INPUT,
-            f"{context}unknown datatype {name!r}; valid datatypes: {', '.join(DATATYPES)}",
+            f"{context}unknown datatype {quote(name)}; valid datatypes: {', '.join(DATATYPES)}",
         )
     return found

@@ -3,30 +3,45 @@
 The models check the envelope's structure and field types (strict: ``"3"`` is not an
 integer, ``1`` is not a string); tensor ``data`` passes through unvalidated, to be checked
 element by element by :class:`~trioserve.core.oip.tensor.Tensor`, which is much faster.
-Unknown fields are ignored. :func:`parse_envelope` turns pydantic's errors into one
-``ServeError(BAD_INPUT)`` whose message names the field path
-(``inputs[0].shape[1] must be an integer``).
+Unknown fields are ignored. ``null`` for an optional field (``id``, ``parameters``,
+``outputs``, an output's ``parameters``) or for a parameter's value means absent, as MLServer
+reads it: its pydantic types serialize every unset optional field as ``null``
+(``{"content_type": "str", "headers": null}``) and its documented client posts exactly that;
+a null parameter is dropped. A value of the wrong type is still refused. The body is parsed
+by :func:`trioserve.core.jsontext.parse` (its depth limit), then validated;
+:func:`parse_envelope` turns pydantic's errors into one ``ServeError(BAD_INPUT)`` whose
+message names the field path (``inputs[0].shape[1] must be an integer``).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, PlainValidator, ValidationError
 from pydantic_core import ErrorDetails
 
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core import jsontext
+from trioserve.core.errors import ErrorKind, ServeError, quote
 
-_SCALARS = (str, int, float, bool)
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def _scalar(value: Any) -> Any:
+    # null passes here, to be dropped by _drop_nulls: the field's type stays null-free.
     if type(value) not in _SCALARS:
         raise ValueError("must be a string, number or boolean")
     return value
 
 
+def _drop_nulls(parameters: dict[str, Any]) -> dict[str, Any]:
+    if None in parameters.values():
+        return {key: value for key, value in parameters.items() if value is not None}
+    return parameters
+
+
 ParamValueField = Annotated[str | int | float | bool, PlainValidator(_scalar)]
+# A parameters object; a parameter whose value is null is absent.
+ParametersField = Annotated[dict[str, ParamValueField], AfterValidator(_drop_nulls)]
 
 
 class _Model(BaseModel):
@@ -37,18 +52,18 @@ class InputEnvelope(_Model):
     name: str
     shape: list[int]
     datatype: str
-    parameters: dict[str, ParamValueField] | None = None
+    parameters: ParametersField | None = None
     data: Any = None
 
 
 class OutputEnvelope(_Model):
     name: str
-    parameters: dict[str, ParamValueField] | None = None
+    parameters: ParametersField | None = None
 
 
 class RequestEnvelope(_Model):
     id: str | None = None
-    parameters: dict[str, ParamValueField] | None = None
+    parameters: ParametersField | None = None
     inputs: list[InputEnvelope]
     outputs: list[OutputEnvelope] | None = None
 
@@ -68,9 +83,11 @@ _WORDS = {
 
 def parse_envelope(text: bytes) -> RequestEnvelope:
     """The validated envelope of a JSON request body; ``ServeError(BAD_INPUT)`` when the
-    JSON is malformed or a field is missing or of the wrong type."""
+    JSON is malformed (or nested too deep) or a field is missing or of the wrong type."""
     try:
-        return RequestEnvelope.model_validate_json(text)
+        return RequestEnvelope.model_validate(jsontext.parse(text))
+    except jsontext.JSONError as exc:
+        raise ServeError(ErrorKind.BAD_INPUT, f"malformed JSON: {exc}") from None
     except ValidationError as exc:
         raise ServeError(ErrorKind.BAD_INPUT, describe(exc.errors(include_url=False))) from None
 
@@ -79,9 +96,6 @@ def describe(errors: list[ErrorDetails]) -> str:
     """One sentence for the first of pydantic's errors (and how many more there are)."""
     first = errors[0]
     kind = first["type"]
-    if kind == "json_invalid":
-        detail = (first.get("ctx") or {}).get("error", first["msg"])
-        return f"malformed JSON: {detail}"
     path = field_path(first["loc"])
     if kind == "value_error":
         what = str((first.get("ctx") or {}).get("error", first["msg"]))
@@ -98,14 +112,19 @@ def describe(errors: list[ErrorDetails]) -> str:
 
 
 def field_path(loc: tuple[int | str, ...]) -> str:
-    """``("inputs", 0, "shape")`` as ``inputs[0].shape``."""
+    """``("inputs", 0, "shape")`` as ``inputs[0].shape``; a long key (a parameter's name is
+    the client's) is cut, see :func:`~trioserve.core.errors.quote`."""
     text = ""
     for part in loc:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += f".{part}" if text else part
+            name = part if len(part) <= _KEY_LIMIT else quote(part, _KEY_LIMIT)
+            text += f".{name}" if text else name
     return text
+
+
+_KEY_LIMIT = 64
 
 
 def _lower_first(text: str) -> str:

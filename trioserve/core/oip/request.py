@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, quote
 from trioserve.core.oip.envelope import InputEnvelope, parse_envelope
 from trioserve.core.oip.packing import Buffer, byte_view
 from trioserve.core.oip.tensor import Parameters, Tensor
@@ -68,7 +68,7 @@ def parse_header_length(value: str | None) -> int | None:
     if not text.isascii() or not text.isdigit():
         raise ServeError(
             ErrorKind.BAD_INPUT,
-            f"{HEADER_LENGTH_HEADER} must be a non-negative integer, not {value!r}",
+            f"{HEADER_LENGTH_HEADER} must be a non-negative integer, not {quote(value)}",
         )
     return int(text)
 
@@ -125,7 +125,7 @@ def parse_infer_request(body: Buffer, *, header_length: int | None) -> InferRequ
         RequestedOutput(item.name, dict(item.parameters or {})) for item in envelope.outputs or ()
     ]
     for output in outputs:
-        _check_bool(output.parameters, "binary_data", f"output {output.name!r}: ")
+        _check_bool(output.parameters, "binary_data", f"output {quote(output.name)}: ")
     _check_unique([o.name for o in outputs], "requested output")
     parameters = dict(envelope.parameters or {})
     _check_bool(parameters, "binary_data_output", "")
@@ -136,7 +136,7 @@ def _binary_size(item: InputEnvelope) -> int | None:
     """The input's ``binary_data_size`` (None: its data is in JSON), after checking that
     it gives its data one way exactly."""
     size = (item.parameters or {}).get("binary_data_size")
-    where = f"input {item.name!r}"
+    where = f"input {quote(item.name)}"
     if size is None:
         if item.data is None:
             raise ServeError(
@@ -148,7 +148,8 @@ def _binary_size(item: InputEnvelope) -> int | None:
     if type(size) is not int or size < 0:
         raise ServeError(
             ErrorKind.BAD_INPUT,
-            f"{where}: parameters.binary_data_size must be a non-negative integer, not {size!r}",
+            f"{where}: parameters.binary_data_size must be a non-negative integer, "
+            f"not {quote(size)}",
         )
     if item.data is not None:
         raise ServeError(
@@ -176,7 +177,7 @@ def _check_bool(parameters: Parameters, key: str, where: str) -> None:
     if key in parameters and not isinstance(parameters[key], bool):
         raise ServeError(
             ErrorKind.BAD_INPUT,
-            f"{where}parameters.{key} must be a boolean, not {parameters[key]!r}",
+            f"{where}parameters.{key} must be a boolean, not {quote(parameters[key])}",
         )
 
 
@@ -184,5 +185,5 @@ def _check_unique(names: list[str], what: str) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise ServeError(ErrorKind.BAD_INPUT, f"{what} {name!r} is given more than once")
+            raise ServeError(ErrorKind.BAD_INPUT, f"{what} {quote(name)} is given more than once")
         seen.add(name)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_json
 
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, quote
 from trioserve.core.oip.request import RequestedOutput
 from trioserve.core.oip.tensor import ParamValue, Tensor
 
@@ -89,7 +89,7 @@ def select_outputs(
             names = ", ".join(repr(name) for name in by_name) or "none"
             raise ServeError(
                 ErrorKind.BAD_INPUT,
-                f"requested output {want.name!r} is not an output of the model "
+                f"requested output {quote(want.name)} is not an output of the model "
                 f"(its outputs: {names})",
             )
         binary = want.binary_data

@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.errors import ErrorKind, ServeError, quote
 from trioserve.core.oip.datatypes import Datatype, lookup_datatype
 from trioserve.core.oip.elements import encode_elements, flatten
 from trioserve.core.oip.packing import Buffer, byte_view, count_bytes_elements, unpack
@@ -75,7 +75,7 @@ class Tensor:
         """A tensor from element values: JSON ``data`` (nested in the natural shape, or
         flat) or a flat list from typed gRPC contents. The element count must be the
         product of ``shape``; see ``elements.py`` for each datatype's element rules."""
-        where = f"{role} {name!r}: "
+        where = f"{role} {quote(name)}: "
         info = lookup_datatype(datatype, context=where)
         dims = check_shape(shape, where)
         flat, kinds = flatten(data)
@@ -102,7 +102,7 @@ class Tensor:
         """A tensor from its binary form. The size must be ``prod(shape) * itemsize``;
         BYTES data must hold exactly ``prod(shape)`` length-prefixed elements and nothing
         after them. ``raw`` is kept as a view, not copied: do not change it afterwards."""
-        where = f"{role} {name!r}: "
+        where = f"{role} {quote(name)}: "
         info = lookup_datatype(datatype, context=where)
         dims = check_shape(shape, where)
         count = math.prod(dims)
@@ -165,7 +165,7 @@ class Tensor:
             index = next(i for i, value in enumerate(source) if not _utf8(value))
             raise ServeError(
                 ErrorKind.BAD_INPUT,
-                f"{role} {self.name!r}: BYTES element {index} is not valid UTF-8, so it "
+                f"{role} {quote(self.name)}: BYTES element {index} is not valid UTF-8, so it "
                 "has no JSON form; request this output as binary data "
                 "(parameters.binary_data: true)",
             ) from None
@@ -210,7 +210,7 @@ def check_shape(shape: Sequence[int], where: str = "") -> tuple[int, ...]:
         if type(dim) is not int:
             raise ServeError(
                 ErrorKind.BAD_INPUT,
-                f"{where}shape {shape!r} has a dimension that is not an integer",
+                f"{where}shape {quote(shape)} has a dimension that is not an integer",
             )
         if dim < 0:
             raise ServeError(

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, unquote
 
+from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Param
 from trioserve.core.oip.datatypes import lookup_datatype
@@ -90,7 +91,7 @@ def param_tensor(param: Param) -> Tensor:
         fields[key] = value
     shape = [int(dim) for dim in fields.get("shape", "").split(",") if dim]
     encoded = fields.get("parameters")
-    parameters = json.loads(unquote(encoded)) if encoded else None
+    parameters = jsontext.parse(unquote(encoded)) if encoded else None
     return Tensor.from_raw(
         param.name, fields.get("datatype", ""), shape, param.value, parameters, role="input"
     )
@@ -116,7 +117,7 @@ def reply_outputs(headers: Mapping[str, str], body: bytes | bytearray | memoryvi
     view = memoryview(body).cast("B")
     outputs: list[Tensor] = []
     offset = 0
-    for name, datatype, shape, *rest in json.loads(described):
+    for name, datatype, shape, *rest in jsontext.parse(described):
         parameters = rest[0] if rest else None
         info = lookup_datatype(datatype)
         if info.itemsize is not None:
