@@ -14,9 +14,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import psutil
 import pytest
+
+from trioserve._proto.inference import (
+    InferParameter,
+    InferTensorContents,
+    ModelInferRequest,
+    ModelInferRequestInferInputTensor,
+    ModelInferResponse,
+)
 
 from .server import Server
 from .test_mlserver_models import mlserver_client
@@ -185,6 +194,50 @@ def test_a_slow_reader_does_not_make_the_worker_run_ahead(server: Server) -> Non
     assert produced < 150, produced
     print(f"server RSS grew by {grown / 1e6:.1f} MB")
     assert grown < 30e6  # unheld: ~1000 events of 100 kB queued in the server
+
+
+def stream_message(text: str, request_id: str, shape: int = 1) -> bytes:
+    """A ModelStreamInfer message for the streamer: its words come 0.1 s apart."""
+    tensor = ModelInferRequestInferInputTensor(
+        name="text", datatype="BYTES", shape=[shape],
+        contents=InferTensorContents(bytes_contents=[text.encode()]),
+    )  # fmt: skip
+    return bytes(
+        ModelInferRequest(
+            model_name="streamer",
+            id=request_id,
+            inputs=[tensor],
+            parameters={"delay": InferParameter(double_param=0.1)},
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("third", "expected"),
+    [
+        (stream_message("delta", "t-3")[:-4], "malformed protobuf in ModelInferRequest"),
+        (stream_message("delta", "t-3", shape=2), "shape [2] needs 2 elements"),
+    ],
+    ids=["truncated", "bad shape"],
+)
+def test_grpc_stream_in_ends_at_a_bad_message_after_the_answers_to_the_rest(
+    server: Server, third: bytes, expected: str
+) -> None:
+    """Two inputs and a bad third, sent at once: the model's input ends at the bad one, every
+    word the model streams for the first two arrives, then the stream ends with the error."""
+    messages = [stream_message("alpha beta", "t-1"), stream_message("gamma", "t-2"), third]
+    answers: list[ModelInferResponse] = []
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_inference_port}") as channel:
+        call = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            response_deserializer=ModelInferResponse.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            answers.extend(call(iter(messages), timeout=30))
+    tokens = [(answer.id, answer.raw_output_contents[0][4:]) for answer in answers]
+    assert tokens == [("t-1", b"alpha"), ("t-1", b"beta"), ("t-2", b"gamma")]
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert expected in (caught.value.details() or "")
 
 
 # -- MLServer's own clients (.venv-mlserver): gRPC stubs and converters, httpx_sse ----------
