@@ -17,6 +17,7 @@ from trioserve.core.protowire import (
     FIXED32,
     FIXED64,
     MAX_DEPTH,
+    MAX_UNKNOWN_FIELDS,
     MESSAGE,
     STRING,
     VARINT,
@@ -178,6 +179,21 @@ def test_nesting_is_bounded_and_the_path_is_shortened() -> None:
     message = refused(delimited(1, data), node)
     assert message.endswith(f"messages are nested more than {MAX_DEPTH} deep")
     assert "more fields)" in message and len(message) < 300
+
+
+def test_unknown_fields_are_bounded_over_the_whole_message() -> None:
+    unknown = tag(77, 0) + b"\x01"
+    protowire.check(unknown * MAX_UNKNOWN_FIELDS, OUTER)
+    top = unknown * (MAX_UNKNOWN_FIELDS - 1)
+    protowire.check(top + delimited(5, unknown), OUTER)
+    with pytest.raises(ServeError) as caught:
+        protowire.check(top + delimited(5, unknown * 2), OUTER)
+    assert caught.value.kind is ErrorKind.BAD_INPUT
+    at = len(top) + 2 + len(unknown)
+    assert caught.value.message == (
+        f"Outer carries more than {MAX_UNKNOWN_FIELDS} fields this server does not know "
+        f"(field 77 at byte {at} is one too many); at most {MAX_UNKNOWN_FIELDS} are accepted"
+    )
 
 
 def random_message() -> st.SearchStrategy[bytes]:
