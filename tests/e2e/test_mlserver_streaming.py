@@ -14,9 +14,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import psutil
 import pytest
+
+from trioserve._proto.inference import (
+    InferParameter,
+    InferTensorContents,
+    ModelInferRequest,
+    ModelInferRequestInferInputTensor,
+    ModelInferResponse,
+    ModelStreamInferResponse,
+)
 
 from .server import Server
 from .test_mlserver_models import mlserver_client
@@ -185,6 +195,96 @@ def test_a_slow_reader_does_not_make_the_worker_run_ahead(server: Server) -> Non
     assert produced < 150, produced
     print(f"server RSS grew by {grown / 1e6:.1f} MB")
     assert grown < 30e6  # unheld: ~1000 events of 100 kB queued in the server
+
+
+def stream_message(text: str, request_id: str, shape: int = 1) -> bytes:
+    """A ModelStreamInfer message for the streamer: its words come 0.1 s apart."""
+    tensor = ModelInferRequestInferInputTensor(
+        name="text", datatype="BYTES", shape=[shape],
+        contents=InferTensorContents(bytes_contents=[text.encode()]),
+    )  # fmt: skip
+    return bytes(
+        ModelInferRequest(
+            model_name="streamer",
+            id=request_id,
+            inputs=[tensor],
+            parameters={"delay": InferParameter(double_param=0.1)},
+        )
+    )
+
+
+BAD_THIRD = {
+    "truncated": (stream_message("delta", "t-3")[:-4], "malformed protobuf in ModelInferRequest"),
+    "bad shape": (stream_message("delta", "t-3", shape=2), "shape [2] needs 2 elements"),
+}
+WORDS = [("t-1", b"alpha"), ("t-1", b"beta"), ("t-2", b"gamma")]
+
+
+def stream_with_a_bad_third(server: Server, bad: str, triton: bool) -> tuple[list[Any], Any]:
+    """Two inputs and a bad third, sent at once: the answers, and the error that ended the
+    stream (None: OK)."""
+    third, _expected = BAD_THIRD[bad]
+    messages = [stream_message("alpha beta", "t-1"), stream_message("gamma", "t-2"), third]
+    reply = ModelStreamInferResponse if triton else ModelInferResponse
+    answers: list[Any] = []
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_inference_port}") as channel:
+        call = channel.stream_stream(
+            "/inference.GRPCInferenceService/ModelStreamInfer",
+            response_deserializer=reply.FromString,
+        )
+        try:
+            answers.extend(call(iter(messages), timeout=30))
+        except grpc.RpcError as error:
+            return answers, error
+    return answers, None
+
+
+def words(answers: list[ModelInferResponse]) -> list[tuple[str, bytes]]:
+    return [(answer.id, answer.raw_output_contents[0][4:]) for answer in answers]
+
+
+@pytest.mark.parametrize("bad", list(BAD_THIRD))
+def test_grpc_stream_in_ends_at_a_bad_message_after_the_answers_to_the_rest(
+    server: Server, bad: str
+) -> None:
+    """The model's input ends at the bad message, every word the model streams for the
+    first two arrives, then the stream ends with the error."""
+    answers, error = stream_with_a_bad_third(server, bad, triton=False)
+    assert words(answers) == WORDS
+    assert error is not None and error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert BAD_THIRD[bad][1] in (error.details() or "")
+
+
+@pytest.fixture(scope="module")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The streamer behind a server answering ModelStreamInfer in Triton's shape."""
+    store = tmp_path_factory.mktemp("stream-store-triton")
+    shutil.copytree(MODELS / "streamer", store / "streamer")
+    server = Server(
+        tmp_path_factory.mktemp("stream-triton"), store, "streamer=streamer",
+        properties={"oip_grpc_stream_shape": "triton"},
+    )  # fmt: skip
+    server.start()
+    yield server
+    server.stop()
+    server.kill()
+
+
+@pytest.mark.parametrize("bad", list(BAD_THIRD))
+def test_triton_shape_stream_in_ends_at_a_bad_message_after_the_answers_to_the_rest(
+    triton_server: Server, bad: str
+) -> None:
+    """Triton's shape: a refused request is answered in-band, a message that cannot be read
+    ends the stream with its status (as for a model answered request by request)."""
+    answers, error = stream_with_a_bad_third(triton_server, bad, triton=True)
+    assert words([answer.infer_response for answer in answers[:3]]) == WORDS
+    if bad == "truncated":
+        assert len(answers) == 3
+        assert error is not None and error.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert BAD_THIRD[bad][1] in (error.details() or "")
+    else:
+        assert error is None and len(answers) == 4
+        assert BAD_THIRD[bad][1] in answers[3].error_message
 
 
 # -- MLServer's own clients (.venv-mlserver): gRPC stubs and converters, httpx_sse ----------

@@ -56,6 +56,7 @@ from trioserve.grpc.calls import (
     message_too_large,
     missing_message,
 )
+from trioserve.grpc.decode import RequestDecoder, request_decoder
 from trioserve.grpc.errors import grpc_code
 from trioserve.grpc.loop_thread import LoopThread
 from trioserve.grpc.servers import (
@@ -95,7 +96,8 @@ class _Servable:
     """One service for grpclib: the generated base's routes, each bound to a bridge handler.
 
     The generated base supplies every rpc's path, cardinality and message types; the
-    implementation must provide exactly those rpcs, with matching kinds.
+    implementation must provide exactly those rpcs, with matching kinds. Each rpc's request
+    messages are read through the strict decoder of its request type (``decoders``).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class _Servable:
     ) -> None:
         methods = dict(service.methods())
         mapping: dict[str, grpclib.const.Handler] = {}
+        self.decoders: dict[str, RequestDecoder] = {}
         for path, route in generated.items():
             name = path.rsplit("/", 1)[-1]
             method = methods.pop(name, None)
@@ -113,7 +116,9 @@ class _Servable:
                 raise TypeError(f"{type(service).__name__} does not implement rpc {name}")
             if _CARDINALITY[type(method)] is not route.cardinality:
                 raise TypeError(f"rpc {name} is {route.cardinality.name}")
-            call = partial(bridge.handle, service, name, method, route.request_type)
+            decode = request_decoder(route.request_type)
+            self.decoders[path] = decode
+            call = partial(bridge.handle, service, name, method, decode)
             mapping[path] = grpclib.const.Handler(
                 call, route.cardinality, route.request_type, route.reply_type
             )
@@ -161,7 +166,7 @@ class _Bridge:
         service: Service,
         name: str,
         method: Method,
-        request_type: type[Any],
+        decode: RequestDecoder,
         stream: grpclib.server.Stream[Any, Any],
     ) -> None:
         """Answer one call, trailers included (so it is done when this returns)."""
@@ -170,7 +175,7 @@ class _Bridge:
         message: str | None
         try:
             try:
-                await self._answer(service, name, method, request_type, stream)
+                await self._answer(service, name, method, decode, stream)
             except ClientGone:
                 # grpclib is cancelling this call (its stream is gone): end as cancelled,
                 # which is what grpclib expects of a handler it cancels.
@@ -196,7 +201,7 @@ class _Bridge:
         service: Service,
         name: str,
         method: Method,
-        request_type: type[Any],
+        decode: RequestDecoder,
         stream: grpclib.server.Stream[Any, Any],
     ) -> None:
         context = RpcContext(
@@ -209,13 +214,13 @@ class _Bridge:
         portal = self._portal
         dispatcher.authorize(service.key_kind_of(name), context)
         if isinstance(method, Unary):
-            request = await self._recv(stream, request_type)
+            request = await self._recv(stream, decode)
             if request is None:
                 raise missing_message()
             reply = await portal.run_trio(dispatcher.unary, method, request, context)
             await stream.send_message(reply)
         elif isinstance(method, ServerStreaming):
-            request = await self._recv(stream, request_type)
+            request = await self._recv(stream, decode)
             if request is None:
                 raise missing_message()
             send = partial(_send_from_trio, portal, stream)
@@ -224,18 +229,18 @@ class _Bridge:
             send = partial(_send_from_trio, portal, stream)
 
             async def receive() -> Any | None:  # in Trio
-                return await portal.run_aio(self._recv(stream, request_type))
+                return await portal.run_aio(self._recv(stream, decode))
 
             await portal.run_trio(dispatcher.bidi_streaming, method, receive, context, send)
 
     async def _recv(
-        self, stream: grpclib.server.Stream[Any, Any], request_type: type[Any]
+        self, stream: grpclib.server.Stream[Any, Any], decode: RequestDecoder
     ) -> Any | None:
         """The next request message, refused before it is read if it exceeds the limit.
 
         grpclib has no inbound size limit, so this reads the gRPC length prefix itself from
-        the call's HTTP/2 stream (``Stream._stream``, stable in grpclib 0.4) and decodes
-        the message like grpclib's proto codec does.
+        the call's HTTP/2 stream (``Stream._stream``, stable in grpclib 0.4); the message is
+        decoded strictly (:mod:`trioserve.grpc.decode`: malformed bytes are INVALID_ARGUMENT).
         """
         h2_stream = stream._stream
         try:
@@ -253,7 +258,7 @@ class _Bridge:
             data = await h2_stream.recv_data(size)
         except StreamTerminatedError:
             raise client_went_away() from None
-        return request_type.FromString(data)
+        return decode(data)
 
 
 async def _send(stream: grpclib.server.Stream[Any, Any], message: Any) -> None:

@@ -202,13 +202,26 @@ class OipRpcs:
         except ServeError:
             model = None  # answered in its turn below
         if model is not None and streams_into_model(model):
+            unreadable: list[ServeError] = []  # a message that could not be read
+
+            async def reading() -> ModelInferRequest | None:
+                try:
+                    return await receive()
+                except ClientGone:
+                    raise
+                except ServeError as error:
+                    unreadable.append(error)
+                    raise
+
             try:
                 await stream_into_model(
-                    self._dataplane, model, first, receive, context, self._send_each(send)
+                    self._dataplane, model, first, reading, context, self._send_each(send)
                 )
             except ClientGone:
                 raise
             except ServeError as error:
+                if unreadable and error is unreadable[0]:
+                    raise  # in both shapes, as for requests answered one by one
                 await self._failed(oip_error(error), send)
             return
         replay: list[ModelInferRequest] = [first]

@@ -5,9 +5,13 @@ and whose every yielded response is one message back, as MLServer does.
 The first message names the model (later ones may leave ``model_name`` empty or repeat it)
 and opens the call; each further message is sent to the running call as it arrives
 (:func:`trioserve.runtime.oip.send_inputs`); the client's half-close ends the input. The
-answers are read concurrently, so a model may answer before the input ends. However the RPC
-ends (answered, failed, the client gone, the deadline), the call is cancelled, which cancels
-the model's task in the worker.
+answers are read concurrently, so a model may answer before the input ends.
+
+A later message that is refused (malformed, over the size limit, an invalid input, another
+model) ends the model's input there, as a half-close would; the model's answers to what it
+got are all sent, then the stream ends with the refusal. However the RPC ends (answered,
+failed, the client gone, the deadline), the call is cancelled, which cancels the model's task
+in the worker.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import trio
 
 from trioserve._proto.inference import ModelInferRequest, ModelInferResponse
 from trioserve.core.errors import ErrorKind, ServeError, quote
-from trioserve.grpc.calls import Receive, RpcContext, single_error
+from trioserve.grpc.calls import ClientGone, Receive, RpcContext, single_error
 from trioserve.grpc.oip_messages import (
     infer_response,
     parameters_of,
@@ -50,20 +54,27 @@ async def stream_into_model(
         stream="in",
     )
 
+    refused: list[ServeError] = []  # the message that ended the input early
+
     async def feed() -> None:
-        while (message := await receive()) is not None:
-            if message.model_name not in ("", model.name):
-                raise ServeError(
-                    ErrorKind.BAD_INPUT,
-                    f"this stream goes to model {model.name!r} (its first request's); a later "
-                    f"request names {quote(message.model_name)}",
+        try:
+            while (message := await receive()) is not None:
+                if message.model_name not in ("", model.name):
+                    raise ServeError(
+                        ErrorKind.BAD_INPUT,
+                        f"this stream goes to model {model.name!r} (its first request's); a "
+                        f"later request names {quote(message.model_name)}",
+                    )
+                oip.send_inputs(
+                    call,
+                    request_inputs(message),
+                    request_id=message.id or None,
+                    parameters=parameters_of(message.parameters),
                 )
-            oip.send_inputs(
-                call,
-                request_inputs(message),
-                request_id=message.id or None,
-                parameters=parameters_of(message.parameters),
-            )
+        except ClientGone:
+            raise
+        except ServeError as error:
+            refused.append(error)
         call.send_input([], end=True)
 
     try:
@@ -79,6 +90,8 @@ async def stream_into_model(
             nursery.cancel_scope.cancel()  # the model is done: further input is not read
     except BaseExceptionGroup as group:
         raise single_error(group) from None
+    if refused:
+        raise refused[0]
 
 
 def streams_into_model(model: ModelVersion) -> bool:

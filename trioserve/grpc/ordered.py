@@ -4,8 +4,11 @@ ModelStreamInfer work the same way.
 :func:`answer_in_order` submits each request as it arrives (``accept``, at most
 :data:`MAX_PENDING_PER_STREAM` waiting for their turn, so a client that sends faster than it
 reads is slowed down) and answers them strictly in their order (``answer``). When the client
-half-closes, every request already read is still answered. However the RPC ends (answered,
-failed, cancelled, the client gone), every call still live is cancelled.
+half-closes, every request already read is still answered. A message that cannot be read
+(malformed, over the size limit) ends the stream with its error, but only after the answers
+to every request before it, whatever their timing: the reader queues the failure behind them
+and stops reading. However the RPC ends (answered, failed, cancelled, the client gone), every
+call still live is cancelled.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Protocol, TypeVar
 
 import trio
 
-from trioserve.grpc.calls import Receive, single_error
+from trioserve.core.errors import ServeError
+from trioserve.grpc.calls import ClientGone, Receive, single_error
 
 # How many requests of one stream may wait for their answers before the reader stops reading.
 MAX_PENDING_PER_STREAM = 64
@@ -28,6 +32,16 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
+class _Unreadable:
+    """Queued in place of a message that could not be read: the stream ends with ``error``
+    in its turn."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ServeError) -> None:
+        self.error = error
+
+
 async def answer_in_order(
     receive: Receive[Req],
     accept: Callable[[Req], P],
@@ -37,11 +51,20 @@ async def answer_in_order(
     """Accept each message of ``receive`` as it comes; ``answer`` each accepted one in turn.
     ``call_of`` gives the call an accepted message started (None: it was refused)."""
     live: set[Cancellable] = set()
-    pending_send, pending_recv = trio.open_memory_channel[P](MAX_PENDING_PER_STREAM)
+    pending_send, pending_recv = trio.open_memory_channel[P | _Unreadable](MAX_PENDING_PER_STREAM)
 
     async def read_requests() -> None:
         async with pending_send:
-            while (message := await receive()) is not None:
+            while True:
+                try:
+                    message = await receive()
+                except ClientGone:
+                    raise
+                except ServeError as error:
+                    await pending_send.send(_Unreadable(error))
+                    return
+                if message is None:
+                    return
                 pending = accept(message)
                 call = call_of(pending)
                 if call is not None:
@@ -54,6 +77,8 @@ async def answer_in_order(
             try:
                 async with pending_recv:
                     async for pending in pending_recv:
+                        if isinstance(pending, _Unreadable):
+                            raise pending.error
                         try:
                             await answer(pending)
                         finally:

@@ -2,10 +2,12 @@
 input arrives as a row ``{"name", "shape", "datatype", "data"}`` and its answer becomes the
 output named after it. Numbers are doubled (keeping the nested shape), strings reversed,
 bools negated; a plain (non-OIP) request's body is answered as it came. An input named
-``fail`` raises; one named ``batch`` answers how many rows the handler got."""
+``fail`` raises; one named ``batch`` answers how many rows the handler got; one named
+``slow`` is answered like any other, a quarter of a second late."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -34,6 +36,9 @@ def handle(data: list[dict[str, Any]] | None, context: Any) -> list[Any] | None:
             raise ValueError("the handler was asked to fail")
         elif row["name"] == "batch":
             answers.append([len(data)])
+        elif row["name"] == "slow":
+            time.sleep(0.25)
+            answers.append(_apply(row["data"]))
         else:
             answers.append(_apply(row["data"]))
     return answers
