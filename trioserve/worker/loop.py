@@ -66,7 +66,7 @@ from trioserve.worker.loader import load_spec_handler
 from trioserve.worker.metrics import MetricsCache
 from trioserve.worker.mlmodel import MLModelRunner, load_mlmodel
 from trioserve.worker.pending import Pending, PendingBatch, PendingLoad
-from trioserve.worker.replies import ReplyLimit, error_reply
+from trioserve.worker.replies import FrameLimit, error_reply
 from trioserve.worker.streaming import IntermediateChannel
 from trioserve.worker.tensors import TensorSpecError, parse_batch_tensors
 from trioserve.worker.wire import decode_batch
@@ -122,7 +122,7 @@ class WorkerLoop:
         self.context: Context | None = None
         self.entry: Entry | MLModelRunner | None = None
         self._spec = LoadSpec("", "", "", "")  # the loaded model's (envelope, limits)
-        self._replies = ReplyLimit()  # what the server reads: ReplyLimit.of(self._spec)
+        self._frames = FrameLimit()  # what the server reads: FrameLimit.of(self._spec)
         self._metrics_sent_at = -math.inf  # time.monotonic() of the last METRICS frame
 
     # -- the task tree ------------------------------------------------------------------------
@@ -318,7 +318,7 @@ class WorkerLoop:
             )
             await self.send(encode_load_result(code, message))
             return False
-        self.context, self._spec, self._replies = context, spec, ReplyLimit.of(spec)
+        self.context, self._spec, self._frames = context, spec, FrameLimit.of(spec)
         self.entry = cast("Entry | MLModelRunner", result.unwrap())
         await self.send(encode_load_result(200, "loaded"))
         await self._send_metrics()
@@ -331,7 +331,7 @@ class WorkerLoop:
             reply = self._reply_to(batch)
             # Under load another batch is already queued: its metrics can ride along later.
             flush = self._thread.pending() == 0
-            self._send_from_thread(self._replies.encode(reply) + self._metrics_frame(flush=flush))
+            self._send_from_thread(self._frames.reply(reply) + self._metrics_frame(flush=flush))
         except Exception as exc:
             # The batch's answer cannot be sent: end the process, so that the server fails
             # the batch at once and restarts the worker, rather than waiting for the
@@ -348,7 +348,7 @@ class WorkerLoop:
         if all(self._cancels.is_cancelled(item.request_id) for item in batch.items):
             # Sent behind a running batch and cancelled (client gone, deadline) before it ran.
             return error_reply(batch.batch_id, 503, "every request was cancelled before it ran")
-        channel = IntermediateChannel(batch.batch_id, self._send_from_thread, self._replies.encode)
+        channel = IntermediateChannel(batch.batch_id, self._send_from_thread, self._frames.reply)
         try:
             # v1 or OIP requests:
             runner = kserve.rows_runner(batch.items, self._spec.envelope, self._spec.request_limits)
@@ -391,7 +391,7 @@ class WorkerLoop:
         records = metrics.drain()
         if not records:
             return b""
-        return encode(Kind.METRICS, {"metrics": records})
+        return self._frames.metrics(records)
 
     async def _send_metrics(self) -> None:
         frame = self._metrics_frame()

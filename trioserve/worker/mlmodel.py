@@ -44,7 +44,7 @@ from trioserve.worker.mlmodel_io import (
     merged_request,
     split_replies,
 )
-from trioserve.worker.replies import ReplyLimit
+from trioserve.worker.replies import FrameLimit
 
 log = logging.getLogger("trioserve.worker")
 
@@ -332,7 +332,7 @@ def load_mlmodel(spec: LoadSpec, send: Callable[[bytes], None]) -> MLModelRunner
     except Exception as exc:
         raise LoadError(f"{SETTINGS_FILE} of {spec.model_name}: {exc}") from exc
     _remember_source(settings, os.path.join(model_dir, SETTINGS_FILE))
-    runner = MLModelRunner(implementation(settings), types, send, ReplyLimit.of(spec).encode)
+    runner = MLModelRunner(implementation(settings), types, send, FrameLimit.of(spec).reply)
     try:
         ready = runner.run(runner.model.load())
         if ready is False:

@@ -5,10 +5,11 @@ state in the :class:`~trioserve.worker.context.Context` (what the handler set wi
 ``set_response_status``/``set_response_header``/``set_response_content_type``). The content
 type travels in :attr:`Reply.content_type`, not in the header map.
 
-Every RESPONSE frame goes out through :meth:`ReplyLimit.encode`, which keeps it within what
-the server reads: a reply larger than ``max_response_size`` is answered 413 instead, and a
-frame still over the server's limit fails its batch (500). The server would otherwise refuse
-the frame and restart this worker (a client's request must never do that).
+Every RESPONSE and METRICS frame is encoded by a :class:`FrameLimit`, which keeps it within
+what the server reads: a reply larger than ``max_response_size`` is answered 413 instead, a
+frame still over the server's limit fails its replies (500), and metric records that do not
+fit are dropped. The server would otherwise refuse the frame and restart this worker (a
+client's request must never do that).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any
 
+from trioserve.core.frames import Kind, encode
 from trioserve.core.limits import response_frame_limit, response_too_large
 from trioserve.core.messages import (
     DEFAULT_MAX_RESPONSE_SIZE,
@@ -141,20 +143,20 @@ def error_reply(batch_id: int, code: int, message: str) -> BatchReply:
 
 
 @dataclass(frozen=True, slots=True)
-class ReplyLimit:
+class FrameLimit:
     """What the server reads from this worker: reply bodies of at most
-    ``max_response_size`` bytes, in RESPONSE frames of at most ``frame`` bytes."""
+    ``max_response_size`` bytes, in frames of at most ``frame`` bytes."""
 
     max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE
     frame: int = response_frame_limit(DEFAULT_MAX_RESPONSE_SIZE, 1)
 
     @classmethod
-    def of(cls, spec: LoadSpec) -> ReplyLimit:
+    def of(cls, spec: LoadSpec) -> FrameLimit:
         return cls(
             spec.max_response_size, response_frame_limit(spec.max_response_size, spec.batch_size)
         )
 
-    def encode(self, reply: BatchReply) -> bytes:
+    def reply(self, reply: BatchReply) -> bytes:
         """The RESPONSE frame of ``reply``, within the limits: each reply over
         ``max_response_size`` becomes a 413 naming the setting; when the frame is still too
         large (the replies' headers), every reply of it becomes a 500 saying so."""
@@ -184,3 +186,14 @@ class ReplyLimit:
         )
         message = response_too_large(size, self.max_response_size)
         return Reply(reply.request_id, message.encode(), 413, "Response Too Large")
+
+    def metrics(self, records: list[dict[str, Any]]) -> bytes:
+        """The METRICS frame of ``records``; nothing (the records dropped, with a warning)
+        when it would be larger than the server reads."""
+        frame = encode(Kind.METRICS, {"metrics": records})
+        if len(frame) <= self.frame:
+            return frame
+        log.warning(
+            "dropping %d metric records: %d bytes is too large to send", len(records), len(frame)
+        )
+        return b""
