@@ -311,3 +311,18 @@ def test_the_kservev2_envelope_holds_bodies_to_the_worker_s_limits() -> None:
     with pytest.raises(PredictionException) as excinfo:
         entry([{"body": b'{"inputs": 1}'}], context(1))
     assert excinfo.value.error_code == 400  # a malformed body is still a 400
+
+
+def test_a_raw_binary_request_s_elements_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raw request (Inference-Header-Content-Length: 0) is one input of the model's
+    declared datatype: its elements are the body's bytes over the item size."""
+    import trioserve.http.oip as http_oip
+    from trioserve.core.oip import TensorMeta
+
+    monkeypatch.setattr(http_oip, "declared_inputs", lambda _m: [TensorMeta("x", "INT8", (-1,))])
+    headers = [(b"inference-header-content-length", b"0")]
+    request = http_oip.read_request(None, headers, bytes(10), SMALL)  # type: ignore[arg-type]
+    assert request.inputs[0].element_count == 10
+    with pytest.raises(ServeError) as excinfo:
+        http_oip.read_request(None, headers, bytes(11), SMALL)  # type: ignore[arg-type]
+    refused("max_request_elements", 11, excinfo)
