@@ -34,10 +34,14 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
-# Peak RSS growth allowed to the server and to each worker while a hostile request is
-# refused. The gRPC message is decoded whole before its inputs can be counted: ~40 MiB of
-# message objects for the issue's 1 MiB of 40,000 inputs, the bulk of the server's peak.
-GROWTH_BOUND = 50 * MIB
+# Peak RSS growth allowed while a hostile request is refused: to the server (which parses
+# the request before it can count what is in it: ~30 MiB for the v1 body), and to each worker
+# (which never sees it). The gRPC message is decoded whole before its inputs can be counted:
+# ~40 MiB of message objects for the issue's 1.3 MiB of 40,000 inputs (a fresh server peaks
+# at ~45 MiB), so that case gets more room.
+SERVER_BOUND = 50 * MIB
+GRPC_SERVER_BOUND = 64 * MIB
+WORKER_BOUND = 16 * MIB
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
@@ -91,17 +95,20 @@ class PeakRss:
         return [peak - base for peak, base in zip(self._peak, self._base, strict=True)]
 
 
-def refused_and_unharmed(server: Server, send: Callable[[], Any]) -> Any:
-    """Run ``send`` watching the server's and the workers' memory; check that it stayed
-    within GROWTH_BOUND, that the same workers still run and still answer; return what
-    ``send`` returned."""
+def refused_and_unharmed(
+    server: Server, send: Callable[[], Any], server_bound: int = SERVER_BOUND
+) -> Any:
+    """Run ``send`` watching the server's and the workers' memory; check that their peaks
+    grew less than ``server_bound`` and WORKER_BOUND, that the same workers still run and
+    still answer; return what ``send`` returned."""
     workers = sorted(server.worker_pids())
     assert len(workers) == 2
     assert server.process is not None
     with PeakRss([server.process.pid, *workers]) as rss:
         result = send()
     grown = rss.growth()
-    assert max(grown) < GROWTH_BOUND, [f"{g / MIB:.1f} MiB" for g in grown]
+    shown = [f"{g / MIB:.1f} MiB" for g in grown]
+    assert grown[0] < server_bound and max(grown[1:]) < WORKER_BOUND, shown
     assert sorted(server.worker_pids()) == workers, "a worker was restarted"
     assert_answers_normally(server)
     return result
@@ -171,7 +178,7 @@ def test_40000_one_element_grpc_inputs_are_resource_exhausted(server: Server) ->
                 call(data, timeout=60)
         return excinfo.value
 
-    error = refused_and_unharmed(server, send)
+    error = refused_and_unharmed(server, send, GRPC_SERVER_BOUND)
     assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, error
     assert_names_the_setting(error.details(), "max_request_inputs", "40000 inputs")
 
