@@ -97,6 +97,7 @@ def manager_settings(
         ),
         stop_grace=config.worker_stop_grace_seconds,
         max_response_size=config.max_response_size,
+        request_limits=config.request_limits,
         max_unpacked_bytes=config.max_unpacked_archive_bytes,
         unregister_timeout=config.unregister_model_timeout,
         metrics_sink=None if metrics is None else metrics.handler_metrics,
@@ -129,7 +130,7 @@ def build_dataplane(
         start_header=config.ts_header_key_sequence_start,
         end_header=config.ts_header_key_sequence_end,
     )
-    return Dataplane(manager, metrics, sequences=sequences)
+    return Dataplane(manager, metrics, sequences=sequences, limits=config.request_limits)
 
 
 def cors_settings(config: ServerConfig) -> Cors | None:

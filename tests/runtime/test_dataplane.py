@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.limits import RequestLimits
 from trioserve.core.messages import BatchReply, Param, Reply, WorkItem
 from trioserve.core.request import InferenceRequest, Outcome
 from trioserve.runtime.dataplane import Dataplane
@@ -145,4 +146,23 @@ async def test_a_request_of_a_sequence_carries_its_id_to_the_handler() -> None:
             assert call.sequence_id == "s-1"
             await call.next_reply()
         assert ("seq", "s-1") in [tuple(h) for h in seen[0]]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_request_with_more_inputs_than_the_limit_is_refused_before_it_is_queued() -> None:
+    """Form fields and gRPC ``input`` entries become one input each: the dataplane counts
+    them for every protocol (max_request_inputs), and a refusal is a counted client error."""
+    async with trio.open_nursery() as nursery:
+        dataplane, metrics = await started(nursery, FakeLauncher())
+        dataplane.limits = RequestLimits(max_request_inputs=2)
+        two = [Param("a", b"1"), Param("b", b"2")]
+        async with dataplane.submit(InferenceRequest("m", None, two)) as call:
+            assert [final async for _reply, final in call.replies()] == [True]
+        three = [*two, Param("c", b"3")]
+        with pytest.raises(ServeError) as excinfo:
+            dataplane.submit(InferenceRequest("m", None, three))
+        assert excinfo.value.kind is ErrorKind.TOO_LARGE
+        assert "3 inputs" in excinfo.value.message
+        assert "max_request_inputs" in excinfo.value.message
+        assert metrics.events[-1] == ("outcome", Outcome.CLIENT_ERROR)
         nursery.cancel_scope.cancel()

@@ -3,6 +3,7 @@ instances into rows and of answers into ``{"predictions"}`` (worker/kserve.py)."
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.kserve import V1_HEADER, answer_body, instances_of
+from trioserve.core.limits import DEFAULT_LIMITS
 from trioserve.core.messages import BatchReply, Param, WorkItem
 from trioserve.core.oip import Tensor
 from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, tensor_param
@@ -146,9 +148,11 @@ def test_which_runner_a_batch_gets() -> None:
     v1 = v1_item("a", {"instances": [1]})
     plain = WorkItem("b", [], [Param("body", b"x")])
     oip_request = WorkItem("o", [(OIP_HEADER, "1")], [])
-    assert kserve.rows_runner([plain, v1], None) is kserve.run_batch
-    assert kserve.rows_runner([v1], "body") is kserve.run_batch
-    assert kserve.rows_runner([v1], "kservev2") is kserve.run_batch
+    for items, envelope in (([plain, v1], None), ([v1], "body"), ([v1], "kservev2")):
+        # run_batch, holding the bodies to the worker's limits (the defaults here)
+        runner = kserve.rows_runner(items, envelope)
+        assert isinstance(runner, functools.partial) and runner.func is kserve.run_batch
+        assert runner.keywords == {"limits": DEFAULT_LIMITS}
     # The model's own envelope reads {"instances"}: v1 requests go to it as they are.
     assert kserve.rows_runner([v1], "kserve") is None
     assert kserve.rows_runner([v1], "json") is None

@@ -51,6 +51,7 @@ from trioserve.config.errors import ConfigError, bad_value
 from trioserve.config.properties import parse_properties
 from trioserve.config.settings import CliOptions, ServerConfig
 from trioserve.config.values import RawValue, Values
+from trioserve.core.limits import LIMIT_SETTINGS, RequestLimits
 
 __all__ = ["CONFIG_FILE_NAME", "TORCHSERVE_UNUSED_KEYS", "find_config_file", "load_config"]
 
@@ -111,6 +112,8 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "private_key_file": ("TS_PRIVATE_KEY_FILE",),
     "enable_grpc_ssl": ("TS_ENABLE_GRPC_SSL",),
     "oip_grpc_stream_shape": ("TS_OIP_GRPC_STREAM_SHAPE",),
+    # what one request may expand to (trioserve.core.limits): max_request_inputs, ...
+    **{name: (f"TS_{name.upper()}",) for name in LIMIT_SETTINGS},
 }
 
 #: TorchServe settings that trioserve accepts in a file and ignores.
@@ -300,6 +303,12 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         job_queue_size=v.integer("job_queue_size", 100, minimum=1),
         max_request_size=v.integer("max_request_size", 6553500, minimum=1),
         max_response_size=v.integer("max_response_size", 6553500, minimum=1),
+        request_limits=RequestLimits(
+            **{
+                name: v.integer(name, default, minimum=1)
+                for name, default in LIMIT_SETTINGS.items()
+            }
+        ),
         default_response_timeout=v.integer("default_response_timeout", 120, minimum=1),
         default_startup_timeout=v.integer("default_startup_timeout", 120, minimum=1),
         unregister_model_timeout=v.integer("unregister_model_timeout", 120, minimum=1),

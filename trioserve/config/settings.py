@@ -28,6 +28,10 @@ trioserve-only keys:
 ``ingress_processes`` (0)
     How many ingress processes terminate the inference port's HTTP connections; 0 = the
     server process does it itself. Measured slower on two cores (``docs/performance.md``).
+``max_request_inputs`` (2048), ``max_request_instances`` (10000), ``max_request_elements`` (2**25)
+    What one inference request may expand to: its inputs, its KServe v1 instances, its
+    tensor elements (:mod:`trioserve.core.limits`, held together as ``request_limits``); a
+    request beyond one is refused with 413 / RESOURCE_EXHAUSTED naming the setting.
 ``oip_grpc_stream_shape`` (``mlserver``)
     The messages the gRPC ``inference.GRPCInferenceService/ModelStreamInfer`` answers with:
     ``mlserver`` (``ModelInferResponse``, what MLServer's stubs decode; an error ends the
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from trioserve.config.addresses import LOOPBACK, Address
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 
 __all__ = [
     "METRICS_MODES",
@@ -102,6 +107,8 @@ class ServerConfig:
     job_queue_size: int = 100
     max_request_size: int = 6553500
     max_response_size: int = 6553500
+    #: max_request_inputs, max_request_instances, max_request_elements
+    request_limits: RequestLimits = DEFAULT_LIMITS
     default_response_timeout: int = 120
     default_startup_timeout: int = 120
     unregister_model_timeout: int = 120

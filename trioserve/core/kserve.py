@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_instances
 
 __all__ = ["EXPLAIN_HEADER", "V1_HEADER", "answer_body", "answer_key", "instances_of"]
 
@@ -39,9 +40,12 @@ def _kind(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
-def instances_of(body: bytes | bytearray | memoryview) -> list[Any]:
+def instances_of(
+    body: bytes | bytearray | memoryview, limits: RequestLimits = DEFAULT_LIMITS
+) -> list[Any]:
     """The instances of a v1 request body; ``ServeError(BAD_INPUT)`` saying what is wrong
-    when it is not ``{"instances": [...]}``."""
+    when it is not ``{"instances": [...]}``, ``ServeError(TOO_LARGE)`` when it has more
+    than ``limits.max_request_instances``."""
     try:
         value = jsontext.parse(body)
     except jsontext.JSONError as exc:
@@ -62,6 +66,7 @@ def instances_of(body: bytes | bytearray | memoryview) -> list[Any]:
         raise ServeError(
             ErrorKind.BAD_INPUT, f'"instances" must be an array, not {_kind(instances)}'
         )
+    check_instances(len(instances), limits)
     return instances
 
 

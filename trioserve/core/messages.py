@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trioserve.core.frames import FLAG_FINAL, Frame, FrameError, Kind, encode
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
+
+DEFAULT_MAX_RESPONSE_SIZE = 6553500  # TorchServe's max_response_size default
 
 
 @dataclass(slots=True)
@@ -242,6 +245,13 @@ class LoadSpec:
     limit_max_image_pixels: bool = True
     # An MLServer model: its model-settings.json (``handler`` is its implementation).
     model_settings: dict[str, Any] | None = None
+    # The largest answer to one request the server takes (a larger one is refused, not sent),
+    # and what one request may expand to (the worker parses some bodies itself).
+    max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE
+    request_limits: RequestLimits = DEFAULT_LIMITS
+    # The largest RESPONSE frame the server reads from this worker (0: derived from
+    # ``max_response_size`` and ``batch_size``); the server sends the number it uses.
+    max_response_frame: int = 0
 
     def to_meta(self) -> dict[str, Any]:
         return {
@@ -256,6 +266,9 @@ class LoadSpec:
             "gpu_id": self.gpu_id,
             "limit_max_image_pixels": self.limit_max_image_pixels,
             "model_settings": self.model_settings,
+            "max_response_size": self.max_response_size,
+            "request_limits": self.request_limits.to_meta(),
+            "max_response_frame": self.max_response_frame,
         }
 
     @classmethod
@@ -287,6 +300,13 @@ class LoadSpec:
             gpu_id=gpu,
             limit_max_image_pixels=bool(meta.get("limit_max_image_pixels", True)),
             model_settings=model_settings,
+            max_response_size=_int(meta, "max_response_size")
+            if "max_response_size" in meta
+            else DEFAULT_MAX_RESPONSE_SIZE,
+            request_limits=RequestLimits.from_meta(meta.get("request_limits")),
+            max_response_frame=_int(meta, "max_response_frame")
+            if "max_response_frame" in meta
+            else 0,
         )
 
 

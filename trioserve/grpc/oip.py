@@ -279,8 +279,8 @@ class OipRpcs:
         pending = _Pending(message)
         try:
             model = self._dataplane.model(message.model_name, message.model_version or None)
-            inputs = request_inputs(message)
-            pending.requested = requested_outputs(message)
+            inputs = request_inputs(message, self._dataplane.limits)
+            pending.requested = requested_outputs(message, self._dataplane.limits)
             pending.model = model
             pending.call = oip.submit(
                 self._dataplane,

@@ -17,6 +17,14 @@ from trioserve._proto.inference import (
     ModelMetadataResponseTensorMetadata,
 )
 from trioserve.core.errors import ErrorKind, ServeError, quote
+from trioserve.core.limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_elements,
+    check_inputs,
+    check_outputs,
+    declared_elements,
+)
 from trioserve.core.oip.datatypes import lookup_datatype
 from trioserve.core.oip.raw import TensorMeta
 from trioserve.core.oip.request import RequestedOutput
@@ -110,8 +118,13 @@ def _typed_input(tensor: ModelInferRequestInferInputTensor, parameters: Paramete
     )
 
 
-def request_inputs(message: ModelInferRequest) -> list[Tensor]:
-    """The input tensors of a ``ModelInferRequest``, checked (``ServeError(BAD_INPUT)``)."""
+def request_inputs(
+    message: ModelInferRequest, limits: RequestLimits = DEFAULT_LIMITS
+) -> list[Tensor]:
+    """The input tensors of a ``ModelInferRequest``, checked (``ServeError(BAD_INPUT)``;
+    ``ServeError(TOO_LARGE)``, before any tensor is built, beyond ``limits``)."""
+    check_inputs(len(message.inputs), limits)
+    check_elements(declared_elements(tensor.shape for tensor in message.inputs), limits)
     raw = message.raw_input_contents
     if raw and len(raw) != len(message.inputs):
         raise _bad(
@@ -147,7 +160,10 @@ def request_inputs(message: ModelInferRequest) -> list[Tensor]:
     return inputs
 
 
-def requested_outputs(message: ModelInferRequest) -> list[RequestedOutput]:
+def requested_outputs(
+    message: ModelInferRequest, limits: RequestLimits = DEFAULT_LIMITS
+) -> list[RequestedOutput]:
+    check_outputs(len(message.outputs), limits)
     return [
         RequestedOutput(output.name, parameters_of(output.parameters)) for output in message.outputs
     ]

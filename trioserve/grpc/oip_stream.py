@@ -43,11 +43,11 @@ async def stream_into_model(
     send: Callable[[ModelInferResponse], Awaitable[None]],
 ) -> None:
     """Answer a ModelStreamInfer stream whose first message is ``first``, for ``model``."""
-    requested = requested_outputs(first)
+    requested = requested_outputs(first, dataplane.limits)
     call = oip.submit(
         dataplane,
         model,
-        request_inputs(first),
+        request_inputs(first, dataplane.limits),
         deadline=context.deadline,
         request_id=first.id or None,
         parameters=parameters_of(first.parameters),
@@ -67,7 +67,7 @@ async def stream_into_model(
                     )
                 oip.send_inputs(
                     call,
-                    request_inputs(message),
+                    request_inputs(message, dataplane.limits),
                     request_id=message.id or None,
                     parameters=parameters_of(message.parameters),
                 )

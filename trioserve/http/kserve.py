@@ -81,7 +81,7 @@ async def answer(
                 f"model {name!r} is an MLServer model, which speaks the v2 protocol only: "
                 f"POST /v2/models/{name}/infer",
             )
-        instances_of(body)  # a malformed body is refused before it is queued
+        instances_of(body, dataplane.limits)  # a malformed body is refused before it is queued
         explain = endpoint == "v1_explain"
         return await predict(dataplane, name, _forwarded(headers, explain), body)
     except ServeError as error:

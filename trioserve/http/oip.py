@@ -28,6 +28,7 @@ from trioserve import __version__
 from trioserve.auth import KeyKind
 from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError, internal_error
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_elements
 from trioserve.core.oip import (
     HEADER_LENGTH_HEADER,
     InferRequest,
@@ -177,7 +178,7 @@ async def answer(
         if endpoint == "oip_model_ready":
             ready = model.ready_workers > 0
             return json_answer(200 if ready else 503, {"name": name, "ready": ready})
-        request = read_request(model, headers, body)
+        request = read_request(model, headers, body, dataplane.limits)
         streamed = endpoint == "oip_infer_stream"
         if streamed:
             refuse_binary_stream_outputs(request)
@@ -262,7 +263,10 @@ def _tensor_meta(meta: TensorMeta) -> dict[str, Any]:
 
 
 def read_request(
-    model: ModelVersion, headers: Iterable[tuple[bytes, bytes]], body: bytes
+    model: ModelVersion,
+    headers: Iterable[tuple[bytes, bytes]],
+    body: bytes,
+    limits: RequestLimits = DEFAULT_LIMITS,
 ) -> InferRequest:
     length_header = HEADER_LENGTH_HEADER.lower().encode()
     raw_length = next((v for k, v in headers if k == length_header), None)
@@ -276,8 +280,10 @@ def read_request(
                 f"one declared input; model {model.name!r} declares {len(inputs)} "
                 "(model-config tensorInputs)",
             )
-        return raw_request(body, inputs)
-    return parse_infer_request(body, header_length=length)
+        request = raw_request(body, inputs)
+        check_elements(sum(tensor.element_count for tensor in request.inputs), limits)
+        return request
+    return parse_infer_request(body, header_length=length, limits=limits)
 
 
 def _encoded(

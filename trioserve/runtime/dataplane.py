@@ -20,6 +20,10 @@ when a known model version is asked, the inference and queue latency when the fi
 is read (latency counted from :meth:`Dataplane.submit`), and the response class
 (``Requests2XX``/``4XX``/``5XX``) when the request's outcome is decided: its first reply,
 or its error. A call cancelled before either has no class (no answer was sent).
+
+``limits`` (:class:`~trioserve.core.limits.RequestLimits`) are what one request may expand
+to; the adapters check what they parse against them, and :meth:`Dataplane.submit` checks
+every request's input count (form fields and gRPC ``input`` entries too).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import trio
 
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_inputs
 from trioserve.core.messages import Param, Reply, encode_stream_input
 from trioserve.core.request import InferenceRequest, Outcome
 from trioserve.runtime.jobs import Job, each_reply
@@ -66,10 +71,12 @@ class Dataplane:
         metrics: RequestMetrics | None = None,
         *,
         sequences: SequenceHeaders | None = None,
+        limits: RequestLimits = DEFAULT_LIMITS,
     ) -> None:
         self.manager = manager
         self.metrics = metrics
         self.sequences = sequences or SequenceHeaders()
+        self.limits = limits
 
     @property
     def sequence_header(self) -> str:
@@ -101,6 +108,7 @@ class Dataplane:
             model = self.manager.get(request.model, request.version)
             if metrics is not None:
                 metrics.request_received(request.model, request.version)
+            check_inputs(len(request.params), self.limits)
             stateful = model.queue if isinstance(model.queue, SequenceBatcher) else None
             if stateful is not None:
                 # A stateful model: every request belongs to a sequence, opened when the

@@ -15,6 +15,7 @@ import trio
 from trioserve import archive
 from trioserve.core import errors
 from trioserve.core.gpus import GpuError, GpuPlan
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, response_frame_limit
 from trioserve.core.messages import LoadSpec
 from trioserve.core.model_settings import (
     ModelSettings,
@@ -71,6 +72,8 @@ class ManagerSettings:
     default_envelope: str | None = None
     # Which GPU each new worker gets (number_of_gpu, deviceType, deviceIds).
     gpu_plan: GpuPlan = field(default_factory=lambda: GpuPlan(0))
+    # What one request may expand to (max_request_inputs, ...); the workers check it too.
+    request_limits: RequestLimits = DEFAULT_LIMITS
 
 
 @dataclass(slots=True)
@@ -250,6 +253,8 @@ class ModelManager:
         return WithPythonPath(self._launcher, (deps,))
 
     def _pool(self, settings: ModelSettings, loaded: archive.LoadedArchive) -> PoolSettings:
+        # What the server reads from a worker, which the worker keeps its frames within.
+        max_frame = response_frame_limit(self.settings.max_response_size, settings.batch_capacity)
         load = LoadSpec(
             model_name=settings.name,
             model_version=settings.version,
@@ -260,6 +265,9 @@ class ModelManager:
             manifest=loaded.manifest.raw or None,
             model_yaml_config=dict(loaded.config.raw),
             model_settings=mlserver_settings(settings, loaded),
+            max_response_size=self.settings.max_response_size,
+            request_limits=self.settings.request_limits,
+            max_response_frame=max_frame,
         )
         plan = self.settings.gpu_plan
         config = loaded.config
@@ -268,7 +276,6 @@ class ModelManager:
         except GpuError as exc:
             raise errors.bad_request(str(exc)) from None
         device_type = config.device_type or ("gpu" if plan.gpus else "cpu")
-        max_frame = self.settings.max_response_size * settings.batch_capacity + (1 << 20)
         try:
             tensors = parse_tensor_inputs(loaded.config.raw.get("tensorInputs"))
         except TensorSpecError as exc:

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trioserve.core import jsontext
-from trioserve.core.errors import ServeError
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_instances
 from trioserve.core.oip.request import InferRequest, parse_infer_request
 from trioserve.worker.errors import LoadError, PredictionException
 from trioserve.worker.oip import answer_tensor, input_row
@@ -39,6 +40,9 @@ Entry = Callable[[Any, Any], Any]
 
 class BaseEnvelope(ABC):
     """TorchServe's envelope base class: parse the batch, call the entry point, format."""
+
+    # What one request may expand to (``wrap`` sets the worker's): bodies are parsed here.
+    limits: RequestLimits = DEFAULT_LIMITS
 
     def __init__(self, handle_fn: Entry) -> None:
         self._handle_fn = handle_fn
@@ -70,7 +74,13 @@ class BodyEnvelope(BaseEnvelope):
         return data
 
 
-def _instances(row: Any, idx: int) -> list[Any]:
+def _failure(idx: int, error: ServeError) -> PredictionException:
+    """The batch's failure for request ``idx``'s bad body: 413 beyond a limit, else 400."""
+    code = 413 if error.kind is ErrorKind.TOO_LARGE else 400
+    return PredictionException(f"request {idx}: {error.message}", code)
+
+
+def _instances(row: Any, idx: int, limits: RequestLimits) -> list[Any]:
     value = row.get("data") if isinstance(row, dict) else None
     if value is None and isinstance(row, dict):
         value = row.get("body")
@@ -84,6 +94,10 @@ def _instances(row: Any, idx: int) -> list[Any]:
             f'request {idx}: the json envelope expects {{"instances": [...]}}', 400
         )
     instances: list[Any] = value["instances"]
+    try:
+        check_instances(len(instances), limits)
+    except ServeError as error:
+        raise _failure(idx, error) from None
     return instances
 
 
@@ -93,8 +107,9 @@ class JSONEnvelope(BaseEnvelope):
     explain_key = False  # kserve: an explanation request's answers go under "explanations"
 
     def parse_input(self, data: Any) -> Any:
-        self._sizes = [len(group) for group in (_instances(r, i) for i, r in enumerate(data))]
-        return [instance for idx, row in enumerate(data) for instance in _instances(row, idx)]
+        groups = [_instances(row, idx, self.limits) for idx, row in enumerate(data)]
+        self._sizes = [len(group) for group in groups]
+        return [instance for group in groups for instance in group]
 
     def format_output(self, data: Any) -> Any:
         if not isinstance(data, list) or len(data) != sum(self._sizes):
@@ -114,7 +129,7 @@ class KServeEnvelope(JSONEnvelope):
     explain_key = True
 
 
-def _v2_request(row: Any, idx: int) -> InferRequest:
+def _v2_request(row: Any, idx: int, limits: RequestLimits) -> InferRequest:
     value = row.get("data") if isinstance(row, dict) else None
     if value is None and isinstance(row, dict):
         value = row.get("body")
@@ -125,9 +140,9 @@ def _v2_request(row: Any, idx: int) -> InferRequest:
     if not isinstance(value, bytes | bytearray):
         raise PredictionException(f"request {idx}: the kservev2 envelope expects a JSON body", 400)
     try:
-        return parse_infer_request(bytes(value), header_length=None)
+        return parse_infer_request(bytes(value), header_length=None, limits=limits)
     except ServeError as error:
-        raise PredictionException(f"request {idx}: {error.message}", 400) from None
+        raise _failure(idx, error) from None
 
 
 def _output(name: str, answer: Any, datatype: str) -> dict[str, Any]:
@@ -153,7 +168,7 @@ class KServev2Envelope(BaseEnvelope):
         self._rows: list[dict[str, Any]] = []
         self._groups: list[tuple[str | None, int]] = []  # each request: its id, its rows
         for idx, row in enumerate(data):
-            request = _v2_request(row, idx)
+            request = _v2_request(row, idx, self.limits)
             self._rows.extend(input_row(tensor) for tensor in request.inputs)
             self._groups.append((request.id, len(request.inputs)))
         return self._rows
@@ -199,12 +214,15 @@ def validate(envelope: str | None) -> None:
         )
 
 
-def wrap(envelope: str | None, entry: Entry) -> Entry:
-    """``entry`` wrapped in the named envelope (none, or ``body``: unchanged)."""
+def wrap(envelope: str | None, entry: Entry, limits: RequestLimits = DEFAULT_LIMITS) -> Entry:
+    """``entry`` wrapped in the named envelope (none, or ``body``: unchanged); the envelope
+    holds the bodies it parses to ``limits``."""
     validate(envelope)
     if not envelope or envelope == "body":
         return entry
-    return ENVELOPES[envelope](entry).handle
+    wrapper = ENVELOPES[envelope](entry)
+    wrapper.limits = limits
+    return wrapper.handle
 
 
 __all__ = [

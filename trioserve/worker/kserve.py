@@ -17,12 +17,14 @@ gets v1 requests as they are: the envelope answers them (:func:`handled_here` is
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from trioserve.core.errors import ServeError
+from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.kserve import EXPLAIN_HEADER, V1_HEADER, answer_body, answer_key, instances_of
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.worker import oip
 from trioserve.worker.replies import error_reply
@@ -44,12 +46,15 @@ def handled_here(items: Sequence[WorkItem], envelope: str | None) -> bool:
     return envelope not in INSTANCE_ENVELOPES and any(is_v1(item) for item in items)
 
 
-def rows_runner(items: Sequence[WorkItem], envelope: str | None) -> Runner | None:
+def rows_runner(
+    items: Sequence[WorkItem], envelope: str | None, limits: RequestLimits = DEFAULT_LIMITS
+) -> Runner | None:
     """What runs a batch whose requests are not one row each: :func:`run_batch` when
-    :func:`handled_here`, else :func:`trioserve.worker.oip.run_batch` when it holds an OIP
-    request; None for a batch of plain requests."""
+    :func:`handled_here` (holding v1 bodies to ``limits``), else
+    :func:`trioserve.worker.oip.run_batch` when it holds an OIP request; None for a batch of
+    plain requests."""
     if handled_here(items, envelope):
-        return run_batch
+        return functools.partial(run_batch, limits=limits)
     if any(oip.is_oip(item) for item in items):
         return oip.run_batch
     return None
@@ -59,15 +64,19 @@ def _body(item: WorkItem) -> bytes:
     return b"" if not item.params else bytes(item.params[0].value)
 
 
-def expand(items: Sequence[WorkItem], decode: bool) -> tuple[oip.Expanded, list[bool]]:
+def expand(
+    items: Sequence[WorkItem], decode: bool, limits: RequestLimits = DEFAULT_LIMITS
+) -> tuple[oip.Expanded, list[bool]]:
     """The rows of the batch, and for each row whether it is a v1 instance (raises the
-    body's ``ServeError`` when a v1 body is not ``{"instances": [...]}``)."""
+    body's ``ServeError`` when a v1 body is not ``{"instances": [...]}`` or has more
+    instances than ``limits`` allow: the server checked both, the worker does not rely on
+    it)."""
     rows = oip.Expanded()
     instance_rows: list[bool] = []
     for owner, item in enumerate(items):
         if is_v1(item):
             headers = [(k, v) for k, v in item.headers if k != V1_HEADER]
-            for instance in instances_of(_body(item)):
+            for instance in instances_of(_body(item), limits):
                 rows.items.append(WorkItem(item.request_id, headers, []))
                 rows.data.append(instance)
                 rows.owners.append(owner)
@@ -123,13 +132,16 @@ def run_batch(
     cancel_check: Callable[[str], bool],
     channel: Any,
     tensors: Mapping[str, Any],
+    limits: RequestLimits = DEFAULT_LIMITS,
 ) -> BatchReply:
     """Run a batch holding v1 requests: instances become rows, each request's rows join
     into its answer again (OIP requests of the batch are expanded and joined as usual)."""
     try:
-        rows, instance_rows = expand(items, decode)
+        rows, instance_rows = expand(items, decode, limits)
     except ServeError as error:
-        return error_reply(batch_id, 400, error.message)
+        return error_reply(
+            batch_id, 413 if error.kind is ErrorKind.TOO_LARGE else 400, error.message
+        )
     reply = oip.run_rows(
         wrap_entry(oip.wrap_entry(entry, rows), instance_rows),
         context,

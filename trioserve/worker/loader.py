@@ -22,6 +22,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
+from trioserve.core.messages import LoadSpec
 from trioserve.worker import envelopes, ts_shim
 from trioserve.worker.errors import LoadError
 from trioserve.worker.util import list_classes_from_module
@@ -105,12 +107,24 @@ def resolve_entry(module: ModuleType, function: str | None, context: Any) -> Ent
     return handle  # type: ignore[no-any-return]
 
 
-def load_handler(handler: str, model_dir: str, context: Any, envelope: str | None = None) -> Entry:
-    """Find, import and initialise ``handler``; return the (enveloped) entry point."""
+def load_handler(
+    handler: str,
+    model_dir: str,
+    context: Any,
+    envelope: str | None = None,
+    limits: RequestLimits = DEFAULT_LIMITS,
+) -> Entry:
+    """Find, import and initialise ``handler``; return the (enveloped) entry point (an
+    envelope that parses bodies holds them to ``limits``)."""
     envelopes.validate(envelope)
     directory, module_name, function = split_handler(handler)
     ts_shim.install()
     searched = add_search_paths(model_dir, directory)
     module = import_handler_module(module_name, searched)
     entry = resolve_entry(module, function, context)
-    return envelopes.wrap(envelope, entry)
+    return envelopes.wrap(envelope, entry, limits)
+
+
+def load_spec_handler(spec: LoadSpec, context: Any) -> Entry:
+    """:func:`load_handler` for the model a LOAD frame names."""
+    return load_handler(spec.handler, spec.model_dir, context, spec.envelope, spec.request_limits)

@@ -62,11 +62,11 @@ from trioserve.worker.connection import ServerConnection
 from trioserve.worker.context import Context
 from trioserve.worker.errors import PREDICTION_FAILED, load_error
 from trioserve.worker.handler_thread import HandlerThread
-from trioserve.worker.loader import load_handler
+from trioserve.worker.loader import load_spec_handler
 from trioserve.worker.metrics import MetricsCache
 from trioserve.worker.mlmodel import MLModelRunner, load_mlmodel
 from trioserve.worker.pending import Pending, PendingBatch, PendingLoad
-from trioserve.worker.replies import error_reply
+from trioserve.worker.replies import FrameLimit, error_reply
 from trioserve.worker.streaming import IntermediateChannel
 from trioserve.worker.tensors import TensorSpecError, parse_batch_tensors
 from trioserve.worker.wire import decode_batch
@@ -121,7 +121,8 @@ class WorkerLoop:
         self._direct = False
         self.context: Context | None = None
         self.entry: Entry | MLModelRunner | None = None
-        self._envelope: str | None = None  # the loaded model's request envelope
+        self._spec = LoadSpec("", "", "", "")  # the loaded model's (envelope, limits)
+        self._frames = FrameLimit()  # what the server reads: FrameLimit.of(self._spec)
         self._metrics_sent_at = -math.inf  # time.monotonic() of the last METRICS frame
 
     # -- the task tree ------------------------------------------------------------------------
@@ -308,9 +309,7 @@ class WorkerLoop:
         result = await self._thread.run(
             functools.partial(load_mlmodel, spec, self._send_from_thread)
             if spec.model_settings is not None
-            else functools.partial(
-                load_handler, spec.handler, spec.model_dir, context, spec.envelope
-            )
+            else functools.partial(load_spec_handler, spec, context)
         )
         if isinstance(result, outcome.Error):
             code, message = load_error(result.error)
@@ -319,7 +318,7 @@ class WorkerLoop:
             )
             await self.send(encode_load_result(code, message))
             return False
-        self.context, self._envelope = context, spec.envelope
+        self.context, self._spec, self._frames = context, spec, FrameLimit.of(spec)
         self.entry = cast("Entry | MLModelRunner", result.unwrap())
         await self.send(encode_load_result(200, "loaded"))
         await self._send_metrics()
@@ -332,7 +331,7 @@ class WorkerLoop:
             reply = self._reply_to(batch)
             # Under load another batch is already queued: its metrics can ride along later.
             flush = self._thread.pending() == 0
-            self._send_from_thread(encode_reply(reply) + self._metrics_frame(flush=flush))
+            self._send_from_thread(self._frames.reply(reply) + self._metrics_frame(flush=flush))
         except Exception as exc:
             # The batch's answer cannot be sent: end the process, so that the server fails
             # the batch at once and restarts the worker, rather than waiting for the
@@ -349,9 +348,10 @@ class WorkerLoop:
         if all(self._cancels.is_cancelled(item.request_id) for item in batch.items):
             # Sent behind a running batch and cancelled (client gone, deadline) before it ran.
             return error_reply(batch.batch_id, 503, "every request was cancelled before it ran")
-        channel = IntermediateChannel(batch.batch_id, self._send_from_thread)
+        channel = IntermediateChannel(batch.batch_id, self._send_from_thread, self._frames.reply)
         try:
-            runner = kserve.rows_runner(batch.items, self._envelope)  # v1 or OIP requests
+            # v1 or OIP requests:
+            runner = kserve.rows_runner(batch.items, self._spec.envelope, self._spec.request_limits)
             if runner is not None:
                 return runner(
                     entry,
@@ -391,7 +391,7 @@ class WorkerLoop:
         records = metrics.drain()
         if not records:
             return b""
-        return encode(Kind.METRICS, {"metrics": records})
+        return self._frames.metrics(records)
 
     async def _send_metrics(self) -> None:
         frame = self._metrics_frame()

@@ -223,7 +223,9 @@ class MetricsCache:
     # -- handler API: one-call recording ------------------------------------------------------
 
     def _request_id(self, idx: Any) -> str | None:
-        """The request id for batch index ``idx``; all of the batch's ids when idx is None."""
+        """The request id for batch index ``idx``; all of the batch's ids when idx is None,
+        each once (the rows of one request, its v1 instances or OIP inputs, share its id: a
+        request of 100,000 rows must not make a metric record of 100,000 ids)."""
         ids = self.request_ids
         if ids is not None and idx is not None and idx in ids:
             return ids[idx]
@@ -231,7 +233,7 @@ class MetricsCache:
             return idx
         if ids is None:
             return None
-        return ",".join(ids.values())
+        return ",".join(dict.fromkeys(ids.values()))
 
     def _dimensions(self, request_id: str | None, dimensions: list[Dimension] | None) -> list[Any]:
         dims = list(dimensions or [])

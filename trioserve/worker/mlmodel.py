@@ -44,6 +44,7 @@ from trioserve.worker.mlmodel_io import (
     merged_request,
     split_replies,
 )
+from trioserve.worker.replies import FrameLimit
 
 log = logging.getLogger("trioserve.worker")
 
@@ -63,10 +64,17 @@ class _Stream:
 class MLModelRunner:
     """A loaded MLServer-style model and the event loop (in its own thread) it runs on."""
 
-    def __init__(self, model: Any, types: Any, send: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        types: Any,
+        send: Callable[[bytes], None],
+        encode: Callable[[BatchReply], bytes] = encode_reply,
+    ) -> None:
         self.model = model
         self._types = types
         self._send = send
+        self._encode = encode  # a RESPONSE frame, within what the server reads
         # A plain selector loop, whatever event loop policy the process has installed (one
         # of trio-asyncio's would make loops that need trio's thread).
         self._loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop()
@@ -166,7 +174,7 @@ class MLModelRunner:
                     self._tasks.pop(item.request_id, None)
                     self._streams.pop(item.request_id, None)
             self._write(
-                encode_reply(BatchReply(batch_id, 200, "Prediction success", replies, True))
+                self._encode(BatchReply(batch_id, 200, "Prediction success", replies, True))
             )
         finally:
             self._batches -= 1
@@ -243,7 +251,7 @@ class MLModelRunner:
             async for response in responses:
                 reply = self._checked(item.request_id, response, "predict_stream")
                 await stream.window.acquire()
-                self._write(encode_reply(BatchReply(batch_id, 200, "", [reply], False)))
+                self._write(self._encode(BatchReply(batch_id, 200, "", [reply], False)))
         finally:
             close = getattr(responses, "aclose", None)
             if close is not None:
@@ -324,7 +332,7 @@ def load_mlmodel(spec: LoadSpec, send: Callable[[bytes], None]) -> MLModelRunner
     except Exception as exc:
         raise LoadError(f"{SETTINGS_FILE} of {spec.model_name}: {exc}") from exc
     _remember_source(settings, os.path.join(model_dir, SETTINGS_FILE))
-    runner = MLModelRunner(implementation(settings), types, send)
+    runner = MLModelRunner(implementation(settings), types, send, FrameLimit.of(spec).reply)
     try:
         ready = runner.run(runner.model.load())
         if ready is False:

@@ -30,12 +30,18 @@ _INT = struct.Struct(">i")
 class IntermediateChannel:
     """Sends a batch's intermediate RESPONSE frames; ``write`` blocks until sent."""
 
-    def __init__(self, batch_id: int, write: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        batch_id: int,
+        write: Callable[[bytes], None],
+        encode: Callable[[BatchReply], bytes] = encode_reply,
+    ) -> None:
         self.batch_id = batch_id
         self._write = write
+        self._encode = encode  # a RESPONSE frame, within what the server reads
 
     def send_replies(self, code: int, message: str, replies: list[Reply]) -> None:
-        self._write(encode_reply(BatchReply(self.batch_id, code, message, replies, final=False)))
+        self._write(self._encode(BatchReply(self.batch_id, code, message, replies, final=False)))
 
     def sendall(self, data: bytes | bytearray | memoryview) -> None:
         """Accept a TorchServe OTF inference reply and send it as an intermediate frame."""

@@ -14,6 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trioserve.core.errors import ErrorKind, ServeError, quote
+from trioserve.core.limits import (
+    DEFAULT_LIMITS,
+    RequestLimits,
+    check_elements,
+    check_inputs,
+    check_outputs,
+    declared_elements,
+)
 from trioserve.core.oip.envelope import InputEnvelope, parse_envelope
 from trioserve.core.oip.packing import Buffer, byte_view
 from trioserve.core.oip.tensor import Parameters, Tensor
@@ -73,14 +81,18 @@ def parse_header_length(value: str | None) -> int | None:
     return int(text)
 
 
-def parse_infer_request(body: Buffer, *, header_length: int | None) -> InferRequest:
+def parse_infer_request(
+    body: Buffer, *, header_length: int | None, limits: RequestLimits = DEFAULT_LIMITS
+) -> InferRequest:
     """Parse a REST inference request body.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` value (see
     :func:`parse_header_length`); ``None``: the whole body is JSON. A raw binary request
     (``header_length == 0``) must go to ``raw_request`` instead, with the model's inputs:
     passing it here raises ``ValueError``. Everything a client can get wrong raises
-    ``ServeError(BAD_INPUT)`` with a message that names the field or input.
+    ``ServeError(BAD_INPUT)`` with a message that names the field or input; a request that
+    declares more inputs, outputs or elements than ``limits`` raises ``ServeError(TOO_LARGE)``
+    before any tensor is built.
     """
     if header_length == 0:
         raise ValueError("a raw binary request (header length 0) needs raw_request(body, inputs)")
@@ -103,6 +115,9 @@ def parse_infer_request(body: Buffer, *, header_length: int | None) -> InferRequ
             exc.message += f" (binary data after the JSON needs the {HEADER_LENGTH_HEADER} header)"
             exc.args = (exc.message,)
         raise
+    check_inputs(len(envelope.inputs), limits)
+    check_outputs(len(envelope.outputs or ()), limits)
+    check_elements(declared_elements(item.shape for item in envelope.inputs), limits)
     sizes = [_binary_size(item) for item in envelope.inputs]
     _check_blob_sizes(sizes, len(blobs), header_length)
     inputs: list[Tensor] = []
