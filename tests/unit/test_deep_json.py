@@ -8,6 +8,7 @@ import pytest
 
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.kserve import instances_of
+from trioserve.core.limits import DEFAULT_LIMITS
 from trioserve.core.messages import Param
 from trioserve.http.oip import _json_object
 from trioserve.runtime.management import _parse_metadata
@@ -50,7 +51,7 @@ def test_the_worker_gives_the_handler_the_raw_body(body: bytes) -> None:
 
 def test_the_json_envelope_refuses_it_as_a_bad_request() -> None:
     with pytest.raises(PredictionException, match="request 0: body is not JSON") as caught:
-        _instances({"body": bytearray(DEEP_INSTANCES)}, 0)
+        _instances({"body": bytearray(DEEP_INSTANCES)}, 0, DEFAULT_LIMITS)
     assert caught.value.error_code == 400
 
 
