@@ -290,6 +290,7 @@ async def serve(
                             grpc_listeners(config, dataplane, management, shutdown.is_set, tls),
                             tokens=tokens,
                             max_request_size=config.max_request_size,
+                            limits=config.request_limits,
                             shutdown_trigger=shutdown.wait,
                             graceful_timeout=config.shutdown_grace_seconds,
                         )

@@ -27,6 +27,8 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
 from trioserve._proto.org.pytorch.serve.grpc.management import ManagementApIsServiceBase
 from trioserve.core import protowire
 from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.limits import RequestLimits
+from trioserve.core.oip.tensor import MAX_DIMS, check_shape
 from trioserve.core.protowire import MESSAGE, STRING, MessageSchema
 from trioserve.grpc.decode import request_decoder, wire_schema
 
@@ -246,4 +248,67 @@ def test_only_the_decoder_parses_request_bytes() -> None:
     assert readers == {"bridge.py": 2}  # the length prefix, then the message
     bridge = (GRPC_PACKAGE / "bridge.py").read_text()
     assert "return decode(data)" in bridge
-    assert "request_decoder(route.request_type)" in bridge
+    assert "request_decoder(route.request_type, bridge.limits)" in bridge
+
+
+# -- counted before parsing: the request limits' caps ----------------------------------
+
+
+def _inputs(count: int, dims: int = 1) -> ModelInferRequest:
+    return ModelInferRequest(
+        model_name="m",
+        inputs=[
+            ModelInferRequestInferInputTensor(name=f"i{i}", datatype="BYTES", shape=[1] * dims)
+            for i in range(count)
+        ],
+    )
+
+
+def test_inputs_past_max_request_inputs_are_refused_before_parsing() -> None:
+    limits = RequestLimits(max_request_inputs=3)
+    decode = request_decoder(ModelInferRequest, limits)
+    assert len(decode(bytes(_inputs(3))).inputs) == 3
+    with pytest.raises(ServeError) as caught:
+        decode(bytes(_inputs(4)))
+    assert caught.value.kind is ErrorKind.TOO_LARGE
+    assert "field 5 (inputs) has more than 3 entries" in caught.value.message
+    assert "raise max_request_inputs" in caught.value.message
+    # raw contents and requested outputs count too
+    raw = ModelInferRequest(model_name="m", raw_input_contents=[b""] * 4)
+    with pytest.raises(ServeError, match=r"raw_input_contents\) has more than 3"):
+        decode(bytes(raw))
+
+
+def test_the_default_decoder_counts_against_the_default_limits() -> None:
+    most = RequestLimits().max_request_inputs
+    decode = request_decoder(ModelInferRequest)
+    assert len(decode(bytes(_inputs(most))).inputs) == most
+    with pytest.raises(ServeError, match="max_request_inputs"):
+        decode(bytes(_inputs(most + 1)))
+
+
+def test_torchserve_input_maps_are_counted() -> None:
+    decode = request_decoder(PredictionsRequest, RequestLimits(max_request_inputs=2))
+    assert decode(bytes(PredictionsRequest(model_name="m", input={"a": b"", "b": b""})))
+    with pytest.raises(ServeError) as caught:
+        decode(bytes(PredictionsRequest(model_name="m", input={"a": b"", "b": b"", "c": b""})))
+    assert caught.value.kind is ErrorKind.TOO_LARGE
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_shape_past_64_dimensions_is_refused_before_parsing(packed: bool) -> None:
+    decode = request_decoder(ModelInferRequest)
+    assert decode(bytes(_inputs(1, dims=MAX_DIMS))).inputs[0].shape == [1] * MAX_DIMS
+    data = bytes(_inputs(1, dims=MAX_DIMS + 1))
+    if not packed:  # the same 65 dimensions, each as its own varint field 3 of the tensor
+        tensor = b"\x0a\x02i0\x12\x05BYTES" + b"\x18\x01" * (MAX_DIMS + 1)
+        assert 128 <= len(tensor) < 1 << 14  # its length is a two-byte varint
+        length = bytes([len(tensor) & 0x7F | 0x80, len(tensor) >> 7])
+        data = b"\x0a\x01m" + b"\x2a" + length + tensor
+    with pytest.raises(ServeError) as caught:
+        decode(data)
+    assert caught.value.kind is ErrorKind.BAD_INPUT
+    assert "(shape) has more than 64 entries" in caught.value.message
+    # the REST path (and every tensor) holds shapes to the same bound
+    with pytest.raises(ServeError, match="65 dimensions; at most 64"):
+        check_shape([1] * (MAX_DIMS + 1))

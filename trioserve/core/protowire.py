@@ -2,13 +2,13 @@
 
 betterproto2, which decodes trioserve's gRPC messages, is lenient where the format is not: a
 length that runs past the end, a tag cut off at the end and wire types 6 and 7 are accepted
-(the rest is read as garbage field values), a truncated value varint or bad UTF-8 in a string
-raises an exception of its own. :func:`check` walks the bytes first, in one pass, against
-a :class:`MessageSchema` (which field numbers are strings, nested messages, packed numbers),
-and refuses anything malformed with a :class:`~trioserve.core.errors.ServeError` of kind
-BAD_INPUT whose message names the problem, the field and the byte offset, e.g.
-``malformed protobuf in ModelInferRequest: field 1 (model_name) at byte 0: length
-4294967295 runs past the end of the 3-byte message``.
+(the rest is read as garbage field values), a truncated value varint or bad UTF-8 in a
+string raises an exception of its own. :func:`check` walks the bytes first, in one pass,
+against a :class:`MessageSchema` (which field numbers are strings, nested messages, packed
+numbers), and refuses anything malformed with a :class:`~trioserve.core.errors.ServeError`
+of kind BAD_INPUT whose message names the problem, the field and the byte offset, e.g.
+``malformed protobuf in ModelInferRequest: field 1 (model_name) at byte 0: length 4294967295
+runs past the end of the 3-byte message``.
 
 What it refuses: a tag or varint cut off by the end of its message; a varint longer than 10
 bytes; a tag over 32 bits or with field number 0; wire types 6 and 7 (they do not exist) and
@@ -19,8 +19,13 @@ only for repeated numbers), a packed run whose length is not a whole number of v
 whose last varint is cut off, a string that is not UTF-8, and nested messages more than
 :data:`MAX_DEPTH` deep. Fields the schema does not know are checked only for their framing,
 as protobuf skips them, but more than :data:`MAX_UNKNOWN_FIELDS` of them are refused (the
-parser's cost grows with their square). Valid input costs one pass over the tags (the
-contents of bytes fields are skipped, packed numbers are checked by a regular expression).
+parser's cost grows with their square). A repeated field whose :class:`FieldSpec` has a
+``cap`` may hold at most that many entries in one message (packed values counted one by
+one); beyond it the message is refused with TOO_LARGE naming the setting, before the parser
+builds an object per entry (the request limits of :mod:`trioserve.core.limits`: 40,000 one-
+element inputs in 1.3 MB of protobuf once cost the parser over 100 MiB and seconds). Valid
+input costs one pass over the tags (the contents of bytes fields are skipped, packed numbers
+are checked by a regular expression).
 """
 
 from __future__ import annotations
@@ -57,10 +62,21 @@ _KIND_NAME: Final = {
     MESSAGE: "a message",
 }
 _WIRE_NAME: Final = {0: "varint", 1: "64-bit", 2: "length-delimited", 5: "32-bit"}
+# Bytes under 0x80 (the last byte of a varint), deleted to count a packed run's varints.
+_LOW_BYTES: Final = bytes(range(0x80))
 # Ten bytes in a row with the continuation bit set: a varint longer than protobuf allows.
 _OVERLONG: Final = re.compile(rb"[\x80-\xff]{10}")
 # How many enclosing fields an error names at most (deeper ones are elided in the middle).
 _PATH_SHOWN: Final = 5
+
+
+class Cap(NamedTuple):
+    """At most ``most`` entries of a repeated field in one message. ``setting`` names the
+    config key that raises it (more is then TOO_LARGE); ``None``: a fixed bound of the
+    protocol (more is BAD_INPUT)."""
+
+    most: int
+    setting: str | None = None
 
 
 class FieldSpec(NamedTuple):
@@ -68,15 +84,18 @@ class FieldSpec(NamedTuple):
     kind: int  # one of VARINT, FIXED64, FIXED32, BYTES, STRING, MESSAGE
     repeated: bool = False
     message: MessageSchema | None = None  # the nested message's schema (kind MESSAGE)
+    cap: Cap | None = None  # a repeated field's most entries in one message
 
 
 @dataclass(eq=False, slots=True)
 class MessageSchema:
     """One message type: its name (for error messages) and its fields by number. The dict
-    may be filled after creation, so that a message can contain itself."""
+    may be filled after creation, so that a message can contain itself; whoever adds a field
+    with a cap sets ``capped``."""
 
     name: str
     fields: dict[int, FieldSpec] = field(default_factory=dict)
+    capped: bool = False  # whether a field has a cap (the walk then counts entries)
 
 
 class _Malformed(Exception):
@@ -98,6 +117,17 @@ class _TooManyUnknown(Exception):
     pass
 
 
+class _OverCap(Exception):
+    """A capped repeated field with more entries than its cap (message is the field's name)."""
+
+    def __init__(self, where: str, spec: FieldSpec, found: int) -> None:
+        assert spec.cap is not None
+        super().__init__(where)
+        self.where = where
+        self.cap = spec.cap
+        self.found = found
+
+
 def check(data: bytes, schema: MessageSchema) -> None:
     """Refuse ``data`` unless it is well-formed protobuf for ``schema`` with at most
     :data:`MAX_UNKNOWN_FIELDS` unknown fields (BAD_INPUT)."""
@@ -112,6 +142,18 @@ def check(data: bytes, schema: MessageSchema) -> None:
             ErrorKind.BAD_INPUT,
             f"{schema.name} carries more than {MAX_UNKNOWN_FIELDS} fields this server does not "
             f"know ({error}); at most {MAX_UNKNOWN_FIELDS} are accepted",
+        ) from None
+    except _OverCap as error:
+        cap = error.cap
+        message = (
+            f"{schema.name}: {error.where} has more than {cap.most} entries (at least "
+            f"{error.found}); at most {cap.most} are allowed"
+        )
+        if cap.setting is None:
+            raise ServeError(ErrorKind.BAD_INPUT, message) from None
+        raise ServeError(
+            ErrorKind.TOO_LARGE,
+            f"{message} ({cap.setting}): raise {cap.setting} in config.properties to accept more",
         ) from None
 
 
@@ -154,6 +196,7 @@ def _walk(
     """Check the message in ``data[start:end]``; offsets in errors count from ``data``'s
     start. ``unknown`` holds how many more unknown fields may come."""
     fields = schema.fields
+    counts: dict[int, int] | None = {} if schema.capped else None
     pos = start
     while pos < end:
         at = pos
@@ -173,6 +216,8 @@ def _walk(
             unknown[0] -= 1
             if unknown[0] < 0:
                 raise _TooManyUnknown(f"field {number} at byte {at} is one too many")
+        elif counts is not None and spec.cap is not None:
+            _count(data, pos, end, wire, number, spec, counts)
         if wire == 2:
             if pos < end and data[pos] < 0x80:
                 length = data[pos]
@@ -213,6 +258,28 @@ def _walk(
             raise _Malformed(
                 f"{_label(number, spec, at)} has wire type {wire}, which does not exist"
             )
+
+
+def _count(
+    data: bytes, pos: int, end: int, wire: int, number: int, spec: FieldSpec, counts: dict[int, int]
+) -> None:
+    """Add this occurrence of a capped field to ``counts``: one entry, or for a packed run
+    (``pos`` at its length) the number of values in it; refuse the field past its cap."""
+    assert spec.cap is not None
+    found = counts.get(number, 0) + 1
+    if wire == 2 and spec.kind in (VARINT, FIXED32, FIXED64):
+        try:
+            length, start = _varint(data, pos, end)
+        except _Malformed:
+            return  # the walk reports it, naming the field
+        run = data[start : min(start + length, end)]
+        if spec.kind == VARINT:  # a varint ends at each byte under 0x80
+            found += len(run) - len(run.translate(None, _LOW_BYTES)) - 1
+        else:
+            found += len(run) // (4 if spec.kind == FIXED32 else 8) - 1
+    counts[number] = found
+    if found > spec.cap.most:
+        raise _OverCap(f"field {number} ({spec.name})", spec, found)
 
 
 def _check_delimited(
@@ -283,6 +350,7 @@ __all__ = [
     "MESSAGE",
     "STRING",
     "VARINT",
+    "Cap",
     "FieldSpec",
     "MessageSchema",
     "check",

@@ -42,6 +42,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from trioserve.auth import TokenStore
 from trioserve.core.errors import ServeError
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 from trioserve.grpc.calls import (
     BidiStreaming,
     ClientGone,
@@ -116,7 +117,7 @@ class _Servable:
                 raise TypeError(f"{type(service).__name__} does not implement rpc {name}")
             if _CARDINALITY[type(method)] is not route.cardinality:
                 raise TypeError(f"rpc {name} is {route.cardinality.name}")
-            decode = request_decoder(route.request_type)
+            decode = request_decoder(route.request_type, bridge.limits)
             self.decoders[path] = decode
             call = partial(bridge.handle, service, name, method, decode)
             mapping[path] = grpclib.const.Handler(
@@ -155,7 +156,14 @@ class _InFlight:
 class _Bridge:
     """The asyncio handlers grpclib calls; each crosses into Trio once."""
 
-    def __init__(self, dispatcher: Dispatcher, max_request_size: int, portal: LoopThread) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        max_request_size: int,
+        portal: LoopThread,
+        limits: RequestLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self.limits = limits  # what one request may declare: its decoders count before parsing
         self._dispatcher = dispatcher
         self._limit = max_request_size
         self._portal = portal
@@ -297,6 +305,7 @@ async def serve_grpc(
     *,
     tokens: TokenStore | None,
     max_request_size: int,
+    limits: RequestLimits = DEFAULT_LIMITS,
     shutdown_trigger: Callable[[], Awaitable[None]],
     graceful_timeout: float = 10.0,
     task_status: trio.TaskStatus[dict[str, list[str]]] = trio.TASK_STATUS_IGNORED,
@@ -312,7 +321,7 @@ async def serve_grpc(
     gate = Gate()
     async with trio.open_nursery() as nursery:
         portal: LoopThread = await nursery.start(LoopThread().run)
-        bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal)
+        bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal, limits)
         listeners: list[_Listener] = []
         try:
             for planned in listeners_plan:

@@ -23,6 +23,8 @@ ParamValue = str | int | float | bool
 Parameters = dict[str, ParamValue]
 
 MAX_DIMENSION = 2**63 - 1  # shapes are int64 on the gRPC wire
+# The most dimensions a shape may have: numpy's own limit (NPY_MAXDIMS, 64 since numpy 2.0).
+MAX_DIMS = 64
 
 
 class Tensor:
@@ -206,6 +208,11 @@ def check_shape(shape: Sequence[int], where: str = "") -> tuple[int, ...]:
     variable dimension, is for metadata, not for a tensor with data)."""
     if isinstance(shape, str | bytes) or not isinstance(shape, Sequence):
         raise ServeError(ErrorKind.BAD_INPUT, f"{where}shape must be an array of integers")
+    if len(shape) > MAX_DIMS:
+        raise ServeError(
+            ErrorKind.BAD_INPUT,
+            f"{where}shape has {len(shape)} dimensions; at most {MAX_DIMS} are allowed",
+        )
     for dim in shape:
         if type(dim) is not int:
             raise ServeError(
