@@ -7,7 +7,8 @@ it; the Quart views too, for the requests the fast path hands on): server and mo
 metadata, liveness and readiness, ``infer`` / ``generate`` (one answer), ``infer_stream`` /
 ``generate_stream`` (Server-Sent Events, one ``data:`` event per answer), and the OpenAPI
 document of these routes (``GET /v2/docs/dataplane.json``, no token: ``api/oip.yaml``, kept in
-step with what this module answers). Tensors are
+step with what this module answers). The infer calls themselves are answered by
+:mod:`trioserve.http.oip_infer`. Tensors are
 decoded and encoded by :mod:`trioserve.core.oip` (JSON and the binary tensor extension);
 they reach the worker as work items (:mod:`trioserve.core.oip.transport`).
 
@@ -22,8 +23,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-import trio
-
 from trioserve import __version__
 from trioserve.auth import KeyKind
 from trioserve.core import jsontext
@@ -32,9 +31,7 @@ from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_elements
 from trioserve.core.oip import (
     HEADER_LENGTH_HEADER,
     InferRequest,
-    Tensor,
     TensorMeta,
-    encode_infer_response,
     error_body,
     parse_header_length,
     parse_infer_request,
@@ -42,10 +39,11 @@ from trioserve.core.oip import (
 )
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.errors import http_status
+from trioserve.http.oip_infer import JSON_TYPE, infer, infer_stream, refuse_binary_stream_outputs
 from trioserve.http.openapi import oip_document
 from trioserve.http.routes import Route
 from trioserve.runtime import oip_repository
-from trioserve.runtime.dataplane import Call, Dataplane
+from trioserve.runtime.dataplane import Dataplane
 from trioserve.runtime.management import ManagementService
 from trioserve.runtime.model import ModelVersion
 from trioserve.runtime.oip import (
@@ -53,20 +51,13 @@ from trioserve.runtime.oip import (
     SERVER_VERSION,
     ModelMetadata,
     declared_inputs,
-    final_outputs,
     is_handler_exception,
-    is_stream_end,
     model_metadata,
-    outputs_of,
-    response_id,
-    submit,
 )
 
 log = logging.getLogger("trioserve.http")
 
 EXTENSIONS: Final = ("binary_tensor_data", "parameters")
-JSON_TYPE: Final = "application/json"
-SSE_TYPE: Final = "text/event-stream; charset=utf-8"
 
 
 def _model_routes(suffix: str, endpoint: str, methods: frozenset[str]) -> list[Route]:
@@ -284,120 +275,3 @@ def read_request(
         check_elements(sum(tensor.element_count for tensor in request.inputs), limits)
         return request
     return parse_infer_request(body, header_length=length, limits=limits)
-
-
-def _encoded(
-    model: ModelVersion,
-    request: InferRequest,
-    outputs: list[Tensor],
-    *,
-    binary: bool = True,
-    answer_id: str | None = None,
-) -> tuple[bytes, int | None]:
-    """The response body, and the JSON header's length when outputs are binary (``binary``
-    false: JSON only, whatever the request's default); its id is ``answer_id`` when given,
-    else the request's."""
-    return encode_infer_response(
-        model_name=model.name,
-        model_version=model.version,
-        id=answer_id or request.id,
-        parameters=None,
-        outputs=outputs,
-        requested=request.outputs,
-        binary_default=request.binary_default and binary,
-    )
-
-
-async def infer(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
-    outputs = await final_outputs(
-        submit(
-            dataplane, model, request.inputs, request_id=request.id, parameters=request.parameters
-        )
-    )
-    body, length = _encoded(model, request, outputs)
-    extra: list[tuple[str, str]] = []
-    content_type = JSON_TYPE
-    if length is not None:
-        extra.append((HEADER_LENGTH_HEADER, str(length)))
-        content_type = "application/octet-stream"
-    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", content_type), *extra]
-    return Answer(200, headers, body)
-
-
-class EventStream:
-    """The SSE body of an ``infer_stream`` call: one ``data:`` event per answer; a failure
-    after the first event is an ``event: error`` with ``{"error": ...}``, then the stream
-    ends. Closing it cancels the call (the client went away)."""
-
-    def __init__(self, call: Call, model: ModelVersion, request: InferRequest) -> None:
-        self._call = call
-        self._model = model
-        self._request = request
-        self._done = False
-
-    def __aiter__(self) -> EventStream:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if self._done:
-            raise StopAsyncIteration
-        try:
-            reply, final = await self._call.next_reply()
-        except ServeError as error:
-            self._finish()
-            return _error_event(error)
-        except (trio.EndOfChannel, trio.ClosedResourceError):
-            self._finish()
-            raise StopAsyncIteration from None
-        if final:
-            self._finish()
-            if is_stream_end(reply):  # the stream's answers all went before it
-                raise StopAsyncIteration
-        try:
-            # JSON only: infer_stream refused binary outputs before submitting.
-            answer_id = response_id(reply, self._request.id)
-            outputs = outputs_of(reply)
-            body, _length = _encoded(
-                self._model, self._request, outputs, binary=False, answer_id=answer_id
-            )
-        except ServeError as error:
-            self._finish()
-            return _error_event(error)
-        return b"data: " + body + b"\n\n"
-
-    def _finish(self) -> None:
-        self._done = True
-        self._call.cancel()
-
-    async def aclose(self) -> None:
-        self._finish()
-
-
-def _error_event(error: ServeError) -> bytes:
-    return b"event: error\ndata: " + error_body(error.message) + b"\n\n"
-
-
-def refuse_binary_stream_outputs(request: InferRequest) -> None:
-    """Events are JSON: an output asked for as binary could only fail after the 200, as an
-    error event, once the model has run. Refuse it before the request is queued."""
-    binary = [output.name for output in request.outputs if output.binary_data]
-    if binary:
-        raise ServeError(
-            ErrorKind.BAD_INPUT,
-            "outputs cannot be binary in a stream (its events are JSON); "
-            f"parameters.binary_data is true for {', '.join(repr(name) for name in binary)}",
-        )
-
-
-async def infer_stream(dataplane: Dataplane, model: ModelVersion, request: InferRequest) -> Answer:
-    refuse_binary_stream_outputs(request)
-    call = submit(
-        dataplane,
-        model,
-        request.inputs,
-        request_id=request.id,
-        parameters=request.parameters,
-        stream="out",
-    )
-    headers = [*NO_CACHE_HEADERS.items(), ("Content-Type", SSE_TYPE)]
-    return Answer(200, headers, EventStream(call, model, request))
