@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, distribution, packages_distributions
 from pathlib import Path
 
@@ -53,8 +54,14 @@ def link_base_distributions(folder: Path) -> Path:
     """``folder`` with links to the files of the base distributions as installed in this
     environment (their dist-info folders included), and nothing else: a ``.pth`` file that
     names it gives another Python those packages without pip or an index."""
+    return link_distributions(folder, base_distributions())
+
+
+def link_distributions(folder: Path, keys: Iterable[str]) -> Path:
+    """``folder`` with links to the files of the distributions ``keys`` as installed in
+    this environment (their dist-info folders included), and nothing else."""
     folder.mkdir()
-    for key in base_distributions():
+    for key in keys:
         dist = distribution(key)
         for top in {f.parts[0] for f in dist.files or ()}:
             if top in ("..", "__pycache__", "bin") or top.endswith(".pth"):

@@ -27,6 +27,7 @@ from packaging.requirements import Requirement
 
 import trioserve
 
+from ..base_install import link_distributions
 from .server import Server, wait_gone
 
 pytestmark = pytest.mark.e2e
@@ -76,16 +77,7 @@ def _closure(name: str) -> set[str]:
 def _torch_only(folder: Path) -> Path:
     """``folder`` with links to torch (and numpy, which the classifier's handler may use) and
     their dependencies as installed in this venv, and nothing else."""
-    folder.mkdir()
-    for key in _closure("torch") | _closure("numpy"):
-        dist = distribution(key)
-        for top in {f.parts[0] for f in dist.files or ()}:
-            if top in ("..", "__pycache__", "bin") or top.endswith(".pth"):
-                continue
-            source = Path(str(dist.locate_file(top)))
-            if source.exists() and not (folder / top).exists():
-                (folder / top).symlink_to(source)
-    return folder
+    return link_distributions(folder, _closure("torch") | _closure("numpy"))
 
 
 @pytest.fixture(scope="module")
