@@ -216,7 +216,7 @@ async def main_async(args: argparse.Namespace) -> None:
                 process.kill()
     # The same model in this process: what streaming costs without any server.
     sys.path.insert(0, str(FOLDER))
-    from trioserve.worker import mlserver_shim
+    from trioserve.worker.mlserver import mlserver_shim
 
     mlserver_shim.install()
     import mlserver.settings

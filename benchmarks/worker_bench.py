@@ -251,11 +251,11 @@ def handler_in_process(
     RESPONSE and METRICS frames) without the socket."""
     from trioserve.core.frames import Kind, decode, encode
     from trioserve.core.messages import decode_batch, encode_reply
-    from trioserve.worker.batch import prepare, run_batch
-    from trioserve.worker.context import Context
-    from trioserve.worker.loader import load_handler
-    from trioserve.worker.metrics import MetricsCache
     from trioserve.worker.tensors import parse_batch_tensors
+    from trioserve.worker.torchserve.batch import prepare, run_batch
+    from trioserve.worker.torchserve.context import Context
+    from trioserve.worker.torchserve.loader import load_handler
+    from trioserve.worker.torchserve.metrics import MetricsCache
 
     context = Context(
         spec.model_name,

@@ -19,11 +19,11 @@ import pytest
 
 from trioserve.core import frames
 from trioserve.core.messages import BatchReply, Param, WorkItem, decode_reply
-from trioserve.worker import ts_shim
-from trioserve.worker.batch import prepare, run_batch
-from trioserve.worker.context import Context
-from trioserve.worker.loader import load_handler
-from trioserve.worker.streaming import IntermediateChannel
+from trioserve.worker.torchserve import ts_shim
+from trioserve.worker.torchserve.batch import prepare, run_batch
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.loader import load_handler
+from trioserve.worker.torchserve.streaming import IntermediateChannel
 
 HANDLERS = Path(__file__).resolve().parent
 

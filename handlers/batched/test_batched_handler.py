@@ -232,7 +232,7 @@ def test_collated_tensor_from_a_batch_frame_is_used_in_place(
     """The worker's own path: ``meta["tensors"]`` of a BATCH frame -> the context's tensor."""
     tensors = pytest.importorskip("trioserve.worker.tensors")
     from trioserve.core.messages import Param, WorkItem
-    from trioserve.worker.batch import prepare, run_batch
+    from trioserve.worker.torchserve.batch import prepare, run_batch
 
     rows = _features(7, 16)
     bodies = [_binary(row) for row in rows]

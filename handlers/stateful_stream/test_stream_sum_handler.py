@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trioserve.core.messages import Param, WorkItem
-from trioserve.worker.batch import prepare, run_batch
+from trioserve.worker.torchserve.batch import prepare, run_batch
 
 HANDLER = Path(__file__).resolve().parent / "stream_sum_handler.py"
 ID, START, END = "ts_request_sequence_id", "ts_request_sequence_start", "ts_request_sequence_end"

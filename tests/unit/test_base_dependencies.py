@@ -129,10 +129,10 @@ def test_the_base_dependencies_leave_out_the_extras() -> None:
 # The modules that need an extra to import, and the extra: each fails with a message that
 # says how to install it (they are handlers, loaded only by a model that names them).
 NEED_AN_EXTRA = {
-    "trioserve.worker.builtin.vision_handler": "vision",
-    "trioserve.worker.builtin.image_classifier": "vision",
-    "trioserve.worker.builtin.image_segmenter": "vision",
-    "trioserve.worker.builtin.object_detector": "vision",
+    "trioserve.worker.torchserve.builtin.vision_handler": "vision",
+    "trioserve.worker.torchserve.builtin.image_classifier": "vision",
+    "trioserve.worker.torchserve.builtin.image_segmenter": "vision",
+    "trioserve.worker.torchserve.builtin.object_detector": "vision",
 }
 
 
@@ -167,7 +167,7 @@ def test_an_mlserver_model_without_numpy() -> None:
     encodes strings through the codecs (``decode_args`` included); only NumpyCodec says that
     it needs numpy."""
     code = """
-from trioserve.worker import mlserver_shim
+from trioserve.worker.mlserver import mlserver_shim
 
 mlserver_shim.install()
 from mlserver.codecs import (

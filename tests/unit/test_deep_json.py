@@ -12,10 +12,10 @@ from trioserve.core.limits import DEFAULT_LIMITS
 from trioserve.core.messages import Param
 from trioserve.http.oip import _json_object
 from trioserve.runtime.management import _parse_metadata
-from trioserve.worker.base_handler import BaseHandler
-from trioserve.worker.codec import decode_value
-from trioserve.worker.envelopes import _instances
-from trioserve.worker.errors import PredictionException
+from trioserve.worker.torchserve.base_handler import BaseHandler
+from trioserve.worker.torchserve.codec import decode_value
+from trioserve.worker.torchserve.envelopes import _instances
+from trioserve.worker.torchserve.errors import PredictionException
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJECT = b'{"a":' * 100_000 + b"1" + b"}" * 100_000

@@ -236,7 +236,7 @@ def test_only_the_bridge_touches_asyncio() -> None:
         "trioserve/grpc/bridge.py",
         "trioserve/grpc/loop_thread.py",
         "trioserve/grpc/servers.py",
-        "trioserve/worker/mlmodel.py",
+        "trioserve/worker/mlserver/mlmodel.py",
     }
 
 

@@ -17,8 +17,8 @@ from trioserve.core.limits import DEFAULT_LIMITS
 from trioserve.core.messages import BatchReply, Param, WorkItem
 from trioserve.core.oip import Tensor
 from trioserve.core.oip.transport import OIP_HEADER, reply_outputs, tensor_param
-from trioserve.worker import kserve, oip
-from trioserve.worker.context import Context
+from trioserve.worker.torchserve import kserve, oip
+from trioserve.worker.torchserve.context import Context
 
 
 def v1_item(request_id: str, body: Any, *, explain: bool = False) -> WorkItem:

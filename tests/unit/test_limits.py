@@ -34,10 +34,10 @@ from trioserve.core.limits import (
 from trioserve.core.messages import LoadSpec, encode_load
 from trioserve.core.oip import parse_infer_request
 from trioserve.grpc.oip_messages import request_inputs, requested_outputs
-from trioserve.worker import envelopes
-from trioserve.worker.context import Context
-from trioserve.worker.errors import PredictionException
-from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.torchserve import envelopes
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.errors import PredictionException
+from trioserve.worker.torchserve.metrics import MetricsCache
 
 SMALL = RequestLimits(max_request_inputs=3, max_request_instances=4, max_request_elements=10)
 

@@ -14,7 +14,7 @@ import pytest
 
 import trioserve.model
 from trioserve.model import codecs, errors, model, settings, types, utils
-from trioserve.worker import mlserver_shim
+from trioserve.worker.mlserver import mlserver_shim
 
 # The real package lives in .venv-mlserver (the e2e tests' MLServer clients); in the test
 # environment its absence is what these tests are about.
@@ -110,7 +110,7 @@ RUNTIME = """
 import asyncio
 import sys
 
-from trioserve.worker import mlserver_shim
+from trioserve.worker.mlserver import mlserver_shim
 
 assert mlserver_shim.install()
 

@@ -28,10 +28,10 @@ from trioserve import collate
 from trioserve.core.frames import ALIGN, Frame, FrameDecoder, Kind, encode
 from trioserve.core.messages import BatchReply, LoadSpec, decode_reply, encode_load
 from trioserve.worker import loop as worker_loop
-from trioserve.worker import ts_shim
-from trioserve.worker.context import Context
 from trioserve.worker.loop import WorkerLoop
 from trioserve.worker.tensors import DTYPES, TensorSpecError, parse_batch_tensors
+from trioserve.worker.torchserve import ts_shim
+from trioserve.worker.torchserve.context import Context
 
 HANDLER_MODULE = "fx_batch_tensors"
 HANDLER = '''

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import torch
 
-from trioserve.worker.builtin import text_prep
-from trioserve.worker.context import Context
-from trioserve.worker.errors import LoadError, PredictionException
-from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.torchserve.builtin import text_prep
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.torchserve.metrics import MetricsCache
 
 MODEL_FILE = Path(__file__).resolve().parents[1] / "e2e" / "handlers" / "text" / "bag_model.py"
 WORDS = ["<unk>", "good", "bad", "movie", "is", "not", "it", "very", "good movie", "is not"]
@@ -76,7 +76,7 @@ def _model_dir(tmp_path: Path, vocab: Any = None) -> Any:
 def _handler(tmp_path: Path) -> Any:
     manifest = {"model": {"serializedFile": "weights.pt", "modelFile": "bag_model.py"}}
     ctx = Context("t", str(tmp_path), manifest, 4, None, "0.12.0", metrics=MetricsCache("t"))
-    module = importlib.import_module("trioserve.worker.builtin.text_classifier")
+    module = importlib.import_module("trioserve.worker.torchserve.builtin.text_classifier")
     handler = module.TextClassifier()
     handler.initialize(ctx)
     return handler, ctx

@@ -19,17 +19,17 @@ import pytest
 import torch
 from PIL import Image
 
-from trioserve.worker import ts_shim
-from trioserve.worker.context import Context
-from trioserve.worker.errors import LoadError, PredictionException
-from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.torchserve import ts_shim
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.torchserve.metrics import MetricsCache
 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "vision_standin"
 BUILTIN = (
-    "trioserve.worker.builtin.vision_handler",
-    "trioserve.worker.builtin.image_classifier",
-    "trioserve.worker.builtin.image_segmenter",
-    "trioserve.worker.builtin.object_detector",
+    "trioserve.worker.torchserve.builtin.vision_handler",
+    "trioserve.worker.torchserve.builtin.image_classifier",
+    "trioserve.worker.torchserve.builtin.image_segmenter",
+    "trioserve.worker.torchserve.builtin.object_detector",
 )
 
 
@@ -85,7 +85,7 @@ def classifier(tmp_path: Path, classes: int, mapping: dict[str, str] | None = No
     torchscript(model, tmp_path / "model.pt", torch.zeros(1, 3, 224, 224))
     if mapping is not None:
         (tmp_path / "index_to_name.json").write_text(json.dumps(mapping))
-    module = importlib.import_module("trioserve.worker.builtin.image_classifier")
+    module = importlib.import_module("trioserve.worker.torchserve.builtin.image_classifier")
     handler = module.ImageClassifier()
     handler.initialize(context(tmp_path))
     return handler, model
@@ -171,7 +171,7 @@ def test_image_size_limit_follows_limit_max_image_pixels(
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)
     classifier(tmp_path, 3)
     assert Image.MAX_IMAGE_PIXELS is not None  # kept by default
-    module = importlib.import_module("trioserve.worker.builtin.image_classifier")
+    module = importlib.import_module("trioserve.worker.torchserve.builtin.image_classifier")
     module.ImageClassifier().initialize(context(tmp_path, limit_max_image_pixels=False))
     assert Image.MAX_IMAGE_PIXELS is None
 
@@ -179,7 +179,7 @@ def test_image_size_limit_follows_limit_max_image_pixels(
 def test_image_segmenter_answers_class_and_probability_per_pixel(
     standin: None, tmp_path: Path
 ) -> None:
-    module = importlib.import_module("trioserve.worker.builtin.image_segmenter")
+    module = importlib.import_module("trioserve.worker.torchserve.builtin.image_segmenter")
     handler = module.ImageSegmenter()
     scores = torch.randn(2, 4, 3, 5, generator=torch.Generator().manual_seed(3))
     answers = handler.postprocess({"out": scores})
@@ -197,7 +197,7 @@ def test_image_segmenter_answers_class_and_probability_per_pixel(
 def test_object_detector_keeps_boxes_above_the_threshold_with_labels(
     standin: None, tmp_path: Path
 ) -> None:
-    module = importlib.import_module("trioserve.worker.builtin.object_detector")
+    module = importlib.import_module("trioserve.worker.torchserve.builtin.object_detector")
     handler = module.ObjectDetector()
     handler.mapping = {"1": "cat", "2": "dog"}
     detections = [
@@ -219,7 +219,7 @@ def test_builtin_names_resolve_through_the_ts_shim(standin: None) -> None:
     ts_shim.install()
     for name in ("image_classifier", "image_segmenter", "object_detector", "vision_handler"):
         alias = importlib.import_module(f"ts.torch_handler.{name}")
-        assert alias is importlib.import_module(f"trioserve.worker.builtin.{name}")
+        assert alias is importlib.import_module(f"trioserve.worker.torchserve.builtin.{name}")
     timer = importlib.import_module("ts.handler_utils.timer")
 
     class Timed:
@@ -239,7 +239,7 @@ def test_without_the_vision_extra_loading_names_it(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision fails
     try:
         with pytest.raises(LoadError, match=r"pip install 'trioserve\[vision\]'"):
-            importlib.import_module("trioserve.worker.builtin.image_classifier")
+            importlib.import_module("trioserve.worker.torchserve.builtin.image_classifier")
     finally:
         _forget_vision_modules()
 

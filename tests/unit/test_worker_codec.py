@@ -11,9 +11,14 @@ from typing import Any
 import pytest
 
 from trioserve.core.messages import Param, WorkItem
-from trioserve.worker.codec import decode_enabled, decode_request, decode_value, encode_output
-from trioserve.worker.context import Context
-from trioserve.worker.replies import OutputError, final_reply, make_reply
+from trioserve.worker.torchserve.codec import (
+    decode_enabled,
+    decode_request,
+    decode_value,
+    encode_output,
+)
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.replies import OutputError, final_reply, make_reply
 
 
 @pytest.mark.parametrize(
@@ -57,7 +62,7 @@ def test_decode_enabled(env: dict[str, str], expected: bool) -> None:
 
 
 def test_decode_request_and_headers() -> None:
-    from trioserve.worker.codec import request_headers
+    from trioserve.worker.torchserve.codec import request_headers
 
     item = WorkItem(
         "r1",
@@ -109,8 +114,9 @@ def test_encode_unserializable_raises() -> None:
 def test_worker_modules_do_not_import_torch() -> None:
     code = (
         "import sys\n"
-        "import trioserve.worker.loop, trioserve.worker.base_handler, trioserve.worker.ts_shim\n"
-        "from trioserve.worker.codec import encode_output\n"
+        "import trioserve.worker.loop, trioserve.worker.torchserve.base_handler\n"
+        "import trioserve.worker.torchserve.ts_shim\n"
+        "from trioserve.worker.torchserve.codec import encode_output\n"
         "encode_output({'a': 1}); encode_output('x'); encode_output(b'y')\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trioserve.worker.context import Context, RequestProcessor
-from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.torchserve.context import Context, RequestProcessor
+from trioserve.worker.torchserve.metrics import MetricsCache
 
 
 def make_context() -> Context:
@@ -168,7 +168,7 @@ def test_request_state_outside_a_batch_is_a_clear_error() -> None:
 
 
 def test_request_header_lookup_ignores_letter_case() -> None:
-    from trioserve.worker.context import RequestProcessor
+    from trioserve.worker.torchserve.context import RequestProcessor
 
     processor = RequestProcessor({"content-type": "text/plain", "X-A": "1"})
     assert processor.get_request_property("Content-Type") == "text/plain"
@@ -179,7 +179,7 @@ def test_request_header_lookup_ignores_letter_case() -> None:
 def test_request_header_lookup_follows_edits_to_the_header_dict() -> None:
     """Lookups in any letter case see names a handler adds, removes or renames in the dict
     that get_request_properties returns, also after earlier lookups (and misses)."""
-    from trioserve.worker.context import RequestProcessor
+    from trioserve.worker.torchserve.context import RequestProcessor
 
     processor = RequestProcessor({"x-a": "1", "X-A": "2", "b": "3"})
     assert processor.get_request_property("X-a") == "1"  # the first name in order wins

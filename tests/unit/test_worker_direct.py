@@ -165,7 +165,8 @@ async def test_an_answer_that_cannot_be_sent_ends_the_worker(
 ) -> None:
     """Nothing else would answer the batch: the worker exits (status 1), so the server fails
     the batch at once instead of waiting for the response timeout."""
-    import trioserve.worker.replies as worker_replies  # every RESPONSE frame is encoded there
+    # Every RESPONSE frame is encoded there.
+    import trioserve.worker.torchserve.replies as worker_replies
 
     (tmp_path / "slow_echo.py").write_text(SLOW_ECHO)
     monkeypatch.setattr(sys, "path", list(sys.path))

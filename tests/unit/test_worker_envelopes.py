@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from trioserve.worker import envelopes
-from trioserve.worker.context import Context
-from trioserve.worker.errors import PredictionException
-from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.torchserve import envelopes
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.errors import PredictionException
+from trioserve.worker.torchserve.metrics import MetricsCache
 
 
 def batch(*headers: dict[str, str]) -> Context:
@@ -113,7 +113,7 @@ def test_kservev2_answer_that_is_no_tensor_is_a_500_saying_so() -> None:
 def test_torchserves_envelope_classes_import_and_run() -> None:
     import importlib
 
-    from trioserve.worker import ts_shim
+    from trioserve.worker.torchserve import ts_shim
 
     ts_shim.install()
     base = importlib.import_module("ts.torch_handler.request_envelope.base")

@@ -32,8 +32,8 @@ from trioserve.core.messages import (
 )
 from trioserve.worker import wire
 from trioserve.worker.cancellation import CancelBook
-from trioserve.worker.codec import MAX_FAST_DEPTH, dumps_indent2, encode_output
 from trioserve.worker.handler_thread import THREAD_NAME, HandlerThread
+from trioserve.worker.torchserve.codec import MAX_FAST_DEPTH, dumps_indent2, encode_output
 
 from .worker_socket import socket_worker
 

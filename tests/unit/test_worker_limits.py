@@ -25,7 +25,7 @@ from trioserve.core.messages import (
     encode_batch,
     encode_load,
 )
-from trioserve.worker import ts_shim
+from trioserve.worker.torchserve import ts_shim
 
 from .test_worker_loop import FIXTURES, Session, worker_session
 
@@ -181,7 +181,7 @@ def test_the_worker_keeps_to_the_frame_limit_the_server_sends() -> None:
     """The server reads frames sized for its batch capacity (twice batchSize for a stateful
     continuous-batching model) and says so in LOAD: the worker uses that number rather than
     working one out from batch_size, and a spec without it falls back to batch_size."""
-    from trioserve.worker.replies import FrameLimit
+    from trioserve.worker.torchserve.replies import FrameLimit
 
     doubled = response_frame_limit(1000, 2)
     spec = LoadSpec(

@@ -24,8 +24,8 @@ from trioserve.core.messages import (
     encode_cancel,
     encode_load,
 )
-from trioserve.worker import ts_shim
 from trioserve.worker.loop import WorkerLoop
+from trioserve.worker.torchserve import ts_shim
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "worker"
 

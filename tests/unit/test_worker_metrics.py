@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from trioserve.worker.metrics import (
+from trioserve.worker.torchserve.metrics import (
     Dimension,
     MetricsCache,
     MetricsCacheKeyError,

@@ -1,7 +1,7 @@
 """The worker's MLServer-model runner without a socket: load from a folder (through the
 ``mlserver`` shim), each OIP work item becomes an InferenceRequest, answers become output
 tensors, failures stay with their request, streams send intermediate replies within their
-window and are cancelled into the generator (trioserve/worker/mlmodel.py)."""
+window and are cancelled into the generator (trioserve/worker/mlserver/mlmodel.py)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from trioserve.core.oip.transport import (
     request_header,
     tensor_param,
 )
-from trioserve.worker import mlserver_shim
-from trioserve.worker.errors import LoadError
-from trioserve.worker.mlmodel import CANCELLED, STREAM_WINDOW, MLModelRunner, load_mlmodel
+from trioserve.worker.mlserver import mlserver_shim
+from trioserve.worker.mlserver.mlmodel import CANCELLED, STREAM_WINDOW, MLModelRunner, load_mlmodel
+from trioserve.worker.torchserve.errors import LoadError
 
 RUNTIME = """
 from mlserver import MLModel

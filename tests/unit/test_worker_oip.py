@@ -23,9 +23,9 @@ from trioserve.core.oip.transport import (
     request_header,
     tensor_param,
 )
-from trioserve.worker import oip
-from trioserve.worker.batch import run_batch
-from trioserve.worker.context import Context
+from trioserve.worker.torchserve import oip
+from trioserve.worker.torchserve.batch import run_batch
+from trioserve.worker.torchserve.context import Context
 
 
 def oip_item(request_id: str, *tensors: Tensor) -> WorkItem:

@@ -13,11 +13,11 @@ import pytest
 
 from trioserve.core.frames import decode
 from trioserve.core.messages import decode_reply
-from trioserve.worker import base_handler, context, metrics, streaming, ts_shim, util
-from trioserve.worker.context import Context
-from trioserve.worker.errors import PredictionException, batch_error
-from trioserve.worker.loader import load_handler
-from trioserve.worker.metrics import MetricsCache
+from trioserve.worker.torchserve import base_handler, context, metrics, streaming, ts_shim, util
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.errors import PredictionException, batch_error
+from trioserve.worker.torchserve.loader import load_handler
+from trioserve.worker.torchserve.metrics import MetricsCache
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "worker"
 
@@ -63,15 +63,15 @@ def test_names_map_to_the_trioserve_modules() -> None:
     assert ts.utils.util.PredictionException is PredictionException
     # The shared modules keep their own identity.
     assert context.__spec__ is not None
-    assert context.__spec__.name == "trioserve.worker.context"
-    assert base_handler.__name__ == "trioserve.worker.base_handler"
+    assert context.__spec__.name == "trioserve.worker.torchserve.context"
+    assert base_handler.__name__ == "trioserve.worker.torchserve.base_handler"
 
 
 @pytest.mark.usefixtures("fresh_shim")
 def test_every_alias_imports() -> None:
     ts_shim.install()
     for name, target in ts_shim.ALIASES.items():
-        if target.startswith("trioserve.worker.builtin."):
+        if target.startswith("trioserve.worker.torchserve.builtin."):
             continue  # these need torchvision: test_worker_builtin_vision.py imports them
         assert importlib.import_module(name) is importlib.import_module(target)
 

@@ -8,7 +8,7 @@ that a malformed one is a 400 naming what is wrong; the worker reads the instanc
 from the same bytes and joins the handler's answers with :func:`answer_body`.
 
 The work item of a v1 request carries :data:`V1_HEADER`; TorchServe's ``kserve`` envelope is
-what it stands for, applied to that request only (see :mod:`trioserve.worker.kserve`).
+what it stands for, applied to that request only (see :mod:`trioserve.worker.torchserve.kserve`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ and the OIP routes in the port's one route table (:data:`V1_ROUTES`, part of
   ``{"predictions": [...]}`` / ``{"explanations": [...]}`` out. The body is checked here
   (:func:`trioserve.core.kserve.instances_of`) and queued as one request marked
   :data:`~trioserve.core.kserve.V1_HEADER`; the worker hands each instance to the handler
-  as one row, as TorchServe's ``kserve`` envelope does (:mod:`trioserve.worker.kserve`).
+  as one row, as TorchServe's ``kserve`` envelope does (:mod:`trioserve.worker.torchserve.kserve`).
 
 Failures answer ``{"error": "..."}`` as KServe's own server does: 404 unknown model, 400 a
 body that is not ``{"instances": [...]}`` (or an MLServer model, which speaks v2 only), 503

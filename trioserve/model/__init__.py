@@ -2,7 +2,7 @@
 
 A runtime written for MLServer runs here unchanged: ``from trioserve.model import MLModel``,
 or ``from mlserver import MLModel`` with the worker's ``mlserver`` import hook
-(:mod:`trioserve.worker.mlserver_shim`), which maps ``mlserver.*`` onto these modules.
+(:mod:`trioserve.worker.mlserver.mlserver_shim`), which maps ``mlserver.*`` onto these modules.
 Nothing here imports torch, trio or an event loop.
 """
 

@@ -1,10 +1,18 @@
 """The worker subprocess: ``python -m trioserve.worker --fd N``.
 
 One worker process serves one model. It speaks the frame protocol of
-:mod:`trioserve.core.frames` over an inherited Unix socket, loads a TorchServe-style handler
-(:mod:`trioserve.worker.loader`), gives it a TorchServe-compatible
-:class:`~trioserve.worker.context.Context`, and lets unmodified handlers import ``ts.*``
-through an import hook (:mod:`trioserve.worker.ts_shim`).
+:mod:`trioserve.core.frames` over an inherited Unix socket and hosts the model through the
+API it was written against, one subpackage each:
+
+* :mod:`trioserve.worker.torchserve`: TorchServe's handler API (a handler and its
+  ``Context``, ``ts.*`` through an import hook, the built-in handlers, the envelopes, and the
+  rows that KServe v1 and OIP requests become for a handler);
+* :mod:`trioserve.worker.mlserver`: MLServer's runtime API (an ``MLModel`` on its own event
+  loop, ``mlserver.*`` through an import hook).
+
+The modules here are what both share: the frame loop (:mod:`~trioserve.worker.loop`, the one
+module that knows both APIs), the connection to the server, the BATCH frame's decoding and
+collated tensors, the handler thread, cancellations and the import hooks' loader.
 
 Nothing here imports torch unless a handler did, or a tensor has to be serialized.
 """

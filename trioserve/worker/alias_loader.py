@@ -1,5 +1,5 @@
-"""The loader behind the worker's import hooks (:mod:`trioserve.worker.ts_shim`,
-:mod:`trioserve.worker.mlserver_shim`): an alias is loaded as its target module itself (the
+"""The loader behind the worker's import hooks (:mod:`trioserve.worker.torchserve.ts_shim`,
+:mod:`trioserve.worker.mlserver.mlserver_shim`): an alias is loaded as its target module itself (the
 same object, so classes are shared), a package without a target as an empty stand-in."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 It reads the server's frames, loads the model and runs each batch in the handler thread
 (:mod:`trioserve.worker.handler_thread`; an MLServer model's batches go to its own event loop,
-:mod:`trioserve.worker.mlmodel`, as do CANCEL, STREAM_INPUT and STREAM_ACK frames for it);
+:mod:`trioserve.worker.mlserver.mlmodel`, as do CANCEL, STREAM_INPUT and STREAM_ACK frames for it);
 the bytes go through a :class:`~trioserve.worker.connection.ServerConnection`.
 
 Frames in (server -> worker) and what the worker does:
@@ -54,21 +54,21 @@ from trioserve.core.messages import (
     encode_load_result,
     encode_reply,
 )
-from trioserve.worker import kserve
-from trioserve.worker.batch import Entry, prepare, run_batch
 from trioserve.worker.cancellation import CancelBook
-from trioserve.worker.codec import decode_enabled
 from trioserve.worker.connection import ServerConnection
-from trioserve.worker.context import Context
-from trioserve.worker.errors import PREDICTION_FAILED, load_error
 from trioserve.worker.handler_thread import HandlerThread
-from trioserve.worker.loader import load_spec_handler
-from trioserve.worker.metrics import MetricsCache
-from trioserve.worker.mlmodel import MLModelRunner, load_mlmodel
+from trioserve.worker.mlserver.mlmodel import MLModelRunner, load_mlmodel
 from trioserve.worker.pending import Pending, PendingBatch, PendingLoad
-from trioserve.worker.replies import FrameLimit, error_reply
-from trioserve.worker.streaming import IntermediateChannel
 from trioserve.worker.tensors import TensorSpecError, parse_batch_tensors
+from trioserve.worker.torchserve import kserve
+from trioserve.worker.torchserve.batch import Entry, prepare, run_batch
+from trioserve.worker.torchserve.codec import decode_enabled
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.errors import PREDICTION_FAILED, load_error
+from trioserve.worker.torchserve.loader import load_spec_handler
+from trioserve.worker.torchserve.metrics import MetricsCache
+from trioserve.worker.torchserve.replies import FrameLimit, error_reply
+from trioserve.worker.torchserve.streaming import IntermediateChannel
 from trioserve.worker.wire import decode_batch
 
 log = logging.getLogger("trioserve.worker")

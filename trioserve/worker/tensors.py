@@ -14,7 +14,7 @@ frame and describes them in its metadata::
 * ``DTYPE`` is one of :data:`DTYPES`; ``N`` is the number of requests in the batch.
 
 :func:`parse_batch_tensors` checks all of this without touching torch or the data (only the
-lengths are read); :class:`~trioserve.worker.context.Context` then wraps the blobs with
+lengths are read); :class:`~trioserve.worker.torchserve.context.Context` then wraps the blobs with
 ``torch.frombuffer``, without copying. The worker runs on little-endian hosts only, as the
 collator does, so the bytes are read in native order.
 """

@@ -24,9 +24,9 @@ from typing import Any
 
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 from trioserve.core.messages import LoadSpec
-from trioserve.worker import envelopes, ts_shim
-from trioserve.worker.errors import LoadError
-from trioserve.worker.util import list_classes_from_module
+from trioserve.worker.torchserve import envelopes, ts_shim
+from trioserve.worker.torchserve.errors import LoadError
+from trioserve.worker.torchserve.util import list_classes_from_module
 
 Entry = Callable[[Any, Any], Any]
 

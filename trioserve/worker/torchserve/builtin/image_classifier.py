@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trioserve.worker.builtin.vision_handler import VisionHandler, transforms
-from trioserve.worker.util import map_class_to_label
+from trioserve.worker.torchserve.builtin.vision_handler import VisionHandler, transforms
+from trioserve.worker.torchserve.util import map_class_to_label
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]

@@ -3,7 +3,7 @@
 It loads the archive's vocabulary (``source_vocab.pt``, or the manifest's older
 ``sourceVocab``) and offers TorchServe's text clean-up steps (HTML tags, contractions,
 accents, punctuation) and the ``basic_english`` tokenizer, without torchtext
-(:mod:`~trioserve.worker.builtin.text_prep`). The vocabulary is read with
+(:mod:`~trioserve.worker.torchserve.builtin.text_prep`). The vocabulary is read with
 ``torch.load(weights_only=True)``: a ``{token: index}`` dict or a list of tokens. A pickled
 torchtext ``Vocab`` (what older archives hold) cannot be read, since torchtext no longer
 exists for current torch: the load fails saying how to re-save it.
@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from trioserve.worker.base_handler import BaseHandler
-from trioserve.worker.builtin import text_prep
-from trioserve.worker.errors import LoadError
+from trioserve.worker.torchserve.base_handler import BaseHandler
+from trioserve.worker.torchserve.builtin import text_prep
+from trioserve.worker.torchserve.errors import LoadError
 
 SOURCE_VOCAB = "source_vocab.pt"
 

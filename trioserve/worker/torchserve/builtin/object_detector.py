@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trioserve.worker.builtin.vision_handler import VisionHandler, transforms
+from trioserve.worker.torchserve.builtin.vision_handler import VisionHandler, transforms
 
 
 class ObjectDetector(VisionHandler):

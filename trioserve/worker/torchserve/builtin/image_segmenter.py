@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trioserve.worker.builtin.image_classifier import IMAGENET_MEAN, IMAGENET_STD
-from trioserve.worker.builtin.vision_handler import VisionHandler, transforms
+from trioserve.worker.torchserve.builtin.image_classifier import IMAGENET_MEAN, IMAGENET_STD
+from trioserve.worker.torchserve.builtin.vision_handler import VisionHandler, transforms
 
 
 class ImageSegmenter(VisionHandler):

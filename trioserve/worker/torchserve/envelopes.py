@@ -32,8 +32,8 @@ from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_instances
 from trioserve.core.oip.request import InferRequest, parse_infer_request
-from trioserve.worker.errors import LoadError, PredictionException
-from trioserve.worker.oip import answer_tensor, input_row
+from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.torchserve.oip import answer_tensor, input_row
 
 Entry = Callable[[Any, Any], Any]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trioserve.worker.builtin import text_prep
-from trioserve.worker.builtin.text_handler import TextHandler
-from trioserve.worker.errors import PredictionException
-from trioserve.worker.util import map_class_to_label
+from trioserve.worker.torchserve.builtin import text_prep
+from trioserve.worker.torchserve.builtin.text_handler import TextHandler
+from trioserve.worker.torchserve.errors import PredictionException
+from trioserve.worker.torchserve.util import map_class_to_label
 
 
 class TextClassifier(TextHandler):

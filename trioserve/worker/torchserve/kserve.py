@@ -9,7 +9,7 @@ for ``:explain``), one reply per request. A row whose answer is not JSON fails i
 (500, saying why), not the batch; the first failed row of a request is its answer.
 
 Other requests of the same batch keep their rows: plain requests one each, OIP requests one
-per input (:mod:`trioserve.worker.oip`), so requests of every protocol batch together.
+per input (:mod:`trioserve.worker.torchserve.oip`), so requests of every protocol batch together.
 
 A model whose own envelope already reads ``{"instances"}`` bodies (``json``, ``kserve``)
 gets v1 requests as they are: the envelope answers them (:func:`handled_here` is false).
@@ -26,8 +26,8 @@ from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.kserve import EXPLAIN_HEADER, V1_HEADER, answer_body, answer_key, instances_of
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 from trioserve.core.messages import BatchReply, Reply, WorkItem
-from trioserve.worker import oip
-from trioserve.worker.replies import error_reply
+from trioserve.worker.torchserve import oip
+from trioserve.worker.torchserve.replies import error_reply
 
 Entry = Callable[[Any, Any], Any]
 Runner = Callable[..., BatchReply]
@@ -51,8 +51,8 @@ def rows_runner(
 ) -> Runner | None:
     """What runs a batch whose requests are not one row each: :func:`run_batch` when
     :func:`handled_here` (holding v1 bodies to ``limits``), else
-    :func:`trioserve.worker.oip.run_batch` when it holds an OIP request; None for a batch of
-    plain requests."""
+    :func:`trioserve.worker.torchserve.oip.run_batch` when it holds an OIP request; None for a
+    batch of plain requests."""
     if handled_here(items, envelope):
         return functools.partial(run_batch, limits=limits)
     if any(oip.is_oip(item) for item in items):
@@ -158,7 +158,7 @@ def merge(
     reply: BatchReply, items: Sequence[WorkItem], rows: oip.Expanded, instance_rows: list[bool]
 ) -> BatchReply:
     """One reply per request again: a v1 request's rows join into its answer; the other
-    rows are merged as :func:`trioserve.worker.oip.merge` does."""
+    rows are merged as :func:`trioserve.worker.torchserve.oip.merge` does."""
     if reply.code != 200 or len(reply.replies) != len(rows.items):
         return reply
     parts: dict[int, list[Reply]] = {}

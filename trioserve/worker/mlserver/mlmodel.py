@@ -2,8 +2,8 @@
 
 :func:`load_mlmodel` imports the ``implementation`` (``module.Class``, the model folder on
 ``sys.path``), with ``mlserver`` resolving to the real package when it is installed and to
-trioserve's :mod:`trioserve.model` otherwise (:mod:`trioserve.worker.mlserver_shim`), builds
-its ``ModelSettings`` from the document the server sends, and awaits its ``load()``.
+trioserve's :mod:`trioserve.model` otherwise (:mod:`~trioserve.worker.mlserver.mlserver_shim`),
+builds its ``ModelSettings`` from the document the server sends, and awaits its ``load()``.
 
 The model's coroutines run as tasks on an asyncio event loop in a thread of its own (the
 "model loop"), one task per request, so a batch's requests and any number of streams run
@@ -19,7 +19,7 @@ closes the generator (its ``finally`` runs). At most :data:`STREAM_WINDOW` inter
 replies of a stream are unread by its client at a time: past that the task stops pulling
 from the generator until a STREAM_ACK says the client has read more.
 
-Request and response conversion is in :mod:`trioserve.worker.mlmodel_io`.
+Request and response conversion is in :mod:`trioserve.worker.mlserver.mlmodel_io`.
 """
 
 from __future__ import annotations
@@ -36,15 +36,15 @@ from typing import Any, Final
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem, encode_reply
 from trioserve.core.oip.transport import END_HEADER, STREAM_HEADER
-from trioserve.worker.errors import LoadError
-from trioserve.worker.mlmodel_io import (
+from trioserve.worker.mlserver.mlmodel_io import (
     answer_reply,
     failed,
     inference_request,
     merged_request,
     split_replies,
 )
-from trioserve.worker.replies import FrameLimit
+from trioserve.worker.torchserve.errors import LoadError
+from trioserve.worker.torchserve.replies import FrameLimit
 
 log = logging.getLogger("trioserve.worker")
 
@@ -315,7 +315,7 @@ class MLModelRunner:
 def load_mlmodel(spec: LoadSpec, send: Callable[[bytes], None]) -> MLModelRunner:
     """Import, build and load the MLServer-style model of ``spec``; ``send`` writes a frame
     to the server from any thread."""
-    from trioserve.worker import mlserver_shim
+    from trioserve.worker.mlserver import mlserver_shim
 
     assert spec.model_settings is not None
     mlserver_shim.install()

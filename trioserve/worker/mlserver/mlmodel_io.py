@@ -1,5 +1,5 @@
 """Work items to MLServer ``InferenceRequest`` objects and ``InferenceResponse`` objects to
-replies, for :mod:`trioserve.worker.mlmodel`.
+replies, for :mod:`trioserve.worker.mlserver.mlmodel`.
 
 A request's inputs arrive as OIP tensors (:mod:`trioserve.core.oip.transport`): their data
 is given flat (BYTES elements as ``str`` when UTF-8, else ``bytes``), with the request's

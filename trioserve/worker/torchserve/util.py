@@ -1,8 +1,9 @@
 """Helpers handlers import from ``ts.utils.util``.
 
 ``PredictionException`` fails a batch with a chosen code; ``list_classes_from_module`` is the
-class rule the loader and :class:`~trioserve.worker.base_handler.BaseHandler` use; the label
-helpers read ``index_to_name.json`` and turn class probabilities into ``{label: prob}``.
+class rule the loader and :class:`~trioserve.worker.torchserve.base_handler.BaseHandler` use;
+the label helpers read ``index_to_name.json`` and turn class probabilities into
+``{label: prob}``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-from trioserve.worker.errors import PredictionException
+from trioserve.worker.torchserve.errors import PredictionException
 
 __all__ = [
     "PredictionException",

@@ -1,10 +1,11 @@
 """Lets unmodified TorchServe handlers ``import ts.*`` without the ``ts`` package.
 
 :func:`install` puts a finder on ``sys.meta_path`` that answers for ``ts`` and the ``ts.*``
-modules handlers use, mapping each to a trioserve module (the same module object, so classes
-are shared: ``ts.context.Context is trioserve.worker.context.Context``). Nothing named ``ts``
-is written anywhere; when the real ``ts`` package is importable the finder is not installed
-and the real package is used.
+modules handlers use, mapping each to a module of :mod:`trioserve.worker.torchserve` (the same
+module object, so classes are shared: ``ts.context.Context is
+trioserve.worker.torchserve.context.Context``). Nothing named ``ts`` is written anywhere;
+when the real ``ts`` package is importable the finder is not installed and the real package
+is used.
 
 The intermediate packages (``ts``, ``ts.torch_handler``, ...) are empty synthetic modules with
 an empty ``__path__``, so only the names listed in :data:`ALIASES` resolve; any other
@@ -26,27 +27,27 @@ from typing import Final
 from trioserve.worker.alias_loader import AliasLoader
 
 ALIASES: Final[dict[str, str]] = {
-    "ts.context": "trioserve.worker.context",
-    "ts.torch_handler.base_handler": "trioserve.worker.base_handler",
-    "ts.torch_handler.vision_handler": "trioserve.worker.builtin.vision_handler",
-    "ts.torch_handler.image_classifier": "trioserve.worker.builtin.image_classifier",
-    "ts.torch_handler.image_segmenter": "trioserve.worker.builtin.image_segmenter",
-    "ts.torch_handler.object_detector": "trioserve.worker.builtin.object_detector",
-    "ts.torch_handler.text_handler": "trioserve.worker.builtin.text_handler",
-    "ts.torch_handler.text_classifier": "trioserve.worker.builtin.text_classifier",
-    "ts.handler_utils.timer": "trioserve.worker.timer",
+    "ts.context": "trioserve.worker.torchserve.context",
+    "ts.torch_handler.base_handler": "trioserve.worker.torchserve.base_handler",
+    "ts.torch_handler.vision_handler": "trioserve.worker.torchserve.builtin.vision_handler",
+    "ts.torch_handler.image_classifier": "trioserve.worker.torchserve.builtin.image_classifier",
+    "ts.torch_handler.image_segmenter": "trioserve.worker.torchserve.builtin.image_segmenter",
+    "ts.torch_handler.object_detector": "trioserve.worker.torchserve.builtin.object_detector",
+    "ts.torch_handler.text_handler": "trioserve.worker.torchserve.builtin.text_handler",
+    "ts.torch_handler.text_classifier": "trioserve.worker.torchserve.builtin.text_classifier",
+    "ts.handler_utils.timer": "trioserve.worker.torchserve.timer",
     **{
-        f"ts.torch_handler.request_envelope.{name}": "trioserve.worker.envelopes"
+        f"ts.torch_handler.request_envelope.{name}": "trioserve.worker.torchserve.envelopes"
         for name in ("base", "body", "json", "kserve", "kservev2")
     },
-    "ts.handler_utils.utils": "trioserve.worker.streaming",
-    "ts.protocol.otf_message_handler": "trioserve.worker.streaming",
-    "ts.utils.util": "trioserve.worker.util",
-    "ts.metrics.dimension": "trioserve.worker.metrics",
-    "ts.metrics.metric_type_enum": "trioserve.worker.metrics",
-    "ts.metrics.metric_cache_errors": "trioserve.worker.metrics",
-    "ts.metrics.metric_cache_abstract": "trioserve.worker.metrics",
-    "ts.metrics.caching_metric": "trioserve.worker.metrics",
+    "ts.handler_utils.utils": "trioserve.worker.torchserve.streaming",
+    "ts.protocol.otf_message_handler": "trioserve.worker.torchserve.streaming",
+    "ts.utils.util": "trioserve.worker.torchserve.util",
+    "ts.metrics.dimension": "trioserve.worker.torchserve.metrics",
+    "ts.metrics.metric_type_enum": "trioserve.worker.torchserve.metrics",
+    "ts.metrics.metric_cache_errors": "trioserve.worker.torchserve.metrics",
+    "ts.metrics.metric_cache_abstract": "trioserve.worker.torchserve.metrics",
+    "ts.metrics.caching_metric": "trioserve.worker.torchserve.metrics",
 }
 
 

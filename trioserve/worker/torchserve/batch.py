@@ -2,8 +2,8 @@
 
 :func:`run_batch` never raises for anything the handler does: every outcome becomes the
 batch's final :class:`~trioserve.core.messages.BatchReply`, either 200 with one reply per
-request or an error code with no replies (see :mod:`trioserve.worker.errors`). Tracebacks go
-to the worker's log (stderr).
+request or an error code with no replies (see :mod:`trioserve.worker.torchserve.errors`).
+Tracebacks go to the worker's log (stderr).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trioserve.core.messages import BatchReply, WorkItem
-from trioserve.worker.codec import decode_request, request_headers
-from trioserve.worker.context import Context
-from trioserve.worker.errors import PREDICTION_FAILED, batch_error
-from trioserve.worker.replies import OutputError, error_reply, final_reply
 from trioserve.worker.tensors import BatchTensor
+from trioserve.worker.torchserve.codec import decode_request, request_headers
+from trioserve.worker.torchserve.context import Context
+from trioserve.worker.torchserve.errors import PREDICTION_FAILED, batch_error
+from trioserve.worker.torchserve.replies import OutputError, error_reply, final_reply
 
 log = logging.getLogger("trioserve.worker")
 

@@ -41,9 +41,9 @@ from trioserve.core.oip.transport import (
     is_tensor_param,
     param_tensor,
 )
-from trioserve.worker import batch
-from trioserve.worker.codec import decode_request, request_headers
-from trioserve.worker.replies import error_reply
+from trioserve.worker.torchserve import batch
+from trioserve.worker.torchserve.codec import decode_request, request_headers
+from trioserve.worker.torchserve.replies import error_reply
 
 Entry = Callable[[Any, Any], Any]
 

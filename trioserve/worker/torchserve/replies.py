@@ -1,7 +1,7 @@
 """Handler output into RESPONSE messages (one :class:`Reply` per request).
 
 A reply's status, reason phrase, headers and content type come from the request's response
-state in the :class:`~trioserve.worker.context.Context` (what the handler set with
+state in the :class:`~trioserve.worker.torchserve.context.Context` (what the handler set with
 ``set_response_status``/``set_response_header``/``set_response_content_type``). The content
 type travels in :attr:`Reply.content_type`, not in the header map.
 
@@ -28,9 +28,9 @@ from trioserve.core.messages import (
     WorkItem,
     encode_reply,
 )
-from trioserve.worker.codec import encode_output
-from trioserve.worker.context import Context, RequestProcessor
-from trioserve.worker.errors import INVALID_OUTPUT, LENGTH_MISMATCH
+from trioserve.worker.torchserve.codec import encode_output
+from trioserve.worker.torchserve.context import Context, RequestProcessor
+from trioserve.worker.torchserve.errors import INVALID_OUTPUT, LENGTH_MISMATCH
 
 log = logging.getLogger("trioserve.worker")
 

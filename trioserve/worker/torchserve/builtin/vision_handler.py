@@ -19,9 +19,9 @@ import importlib
 import io
 from typing import Any
 
-from trioserve.worker.base_handler import BaseHandler
-from trioserve.worker.builtin import vision_libraries
-from trioserve.worker.errors import PredictionException
+from trioserve.worker.torchserve.base_handler import BaseHandler
+from trioserve.worker.torchserve.builtin import vision_libraries
+from trioserve.worker.torchserve.errors import PredictionException
 
 Image, transforms = vision_libraries()
 

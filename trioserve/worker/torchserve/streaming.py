@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trioserve.core.messages import BatchReply, Reply, encode_reply
-from trioserve.worker.replies import CONTENT_TYPE_KEY, STREAM_NEXT_HEADER, make_reply
+from trioserve.worker.torchserve.replies import CONTENT_TYPE_KEY, STREAM_NEXT_HEADER, make_reply
 
 _INT = struct.Struct(">i")
 
