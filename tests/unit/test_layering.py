@@ -134,6 +134,68 @@ def layering_violations(module: str, source: str) -> list[str]:
     return problems
 
 
+# The worker subprocess's own layout (docs/design.md, "Inside the worker process"): the
+# frame loop and the plumbing both model APIs share in trioserve/worker/, one subpackage per
+# model API it hosts. Only the loop (and ``__main__``, which runs it) uses the APIs; neither
+# API uses the other; nothing of the server imports the worker (it starts it by name).
+WORKER = "trioserve.worker"
+WORKER_APIS = ("trioserve.worker.torchserve", "trioserve.worker.mlserver")
+WORKER_WIRING = {"trioserve.worker.loop", "trioserve.worker.__main__"}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _worker_api(module: str) -> str | None:
+    return next((api for api in WORKER_APIS if _within(module, api)), None)
+
+
+def worker_violations(module: str, source: str) -> list[str]:
+    """What in ``source`` (the text of ``module``) breaks the worker's layout."""
+    package = module.rsplit(".", 1)[0] if not module.endswith(".__init__") else module[:-9]
+    own = _worker_api(module)
+    problems = []
+    for name in sorted(imported_modules(source, package)):
+        if not _within(name, WORKER):
+            continue
+        if not _within(module, WORKER):
+            problems.append(f"{module} imports the worker's {name}")
+            continue
+        target = _worker_api(name)
+        if target is None or target == own:
+            continue
+        if own is not None:
+            problems.append(f"{module} ({own}) imports the other model API's {name}")
+        elif module not in WORKER_WIRING:
+            problems.append(f"{module} (shared by both model APIs) imports {name}")
+    return problems
+
+
+def test_the_worker_is_grouped_by_model_api() -> None:
+    problems = [
+        problem
+        for module, path in _modules()
+        for problem in worker_violations(module, path.read_text())
+    ]
+    assert problems == []
+
+
+def test_the_worker_check_catches_what_it_must() -> None:
+    """The worker's rule on made-up modules: an API importing the other, a shared module
+    importing an API, the server importing the worker, absolute or relative."""
+    ts, ml = "trioserve.worker.torchserve", "trioserve.worker.mlserver"
+    assert worker_violations(f"{ml}.x", f"from {ts}.errors import PredictionException")
+    assert worker_violations(f"{ts}.x", "from ...worker.mlserver import mlmodel")
+    assert worker_violations("trioserve.worker.connection", f"import {ts}.context")
+    assert worker_violations("trioserve.worker.responses", "from .torchserve import codec")
+    assert worker_violations("trioserve.runtime.launcher", "from trioserve.worker import loop")
+    assert not worker_violations("trioserve.worker.loop", f"from {ml}.mlmodel import load_mlmodel")
+    assert not worker_violations(f"{ts}.x", "from trioserve.worker.errors import LoadError")
+    assert not worker_violations(f"{ts}.builtin.x", "from ..base_handler import BaseHandler")
+    assert not worker_violations(f"{ml}.x", "from trioserve.model import types")
+
+
 def _modules() -> list[tuple[str, Path]]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):

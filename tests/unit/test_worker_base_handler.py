@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from trioserve.worker.errors import LoadError
 from trioserve.worker.torchserve.base_handler import BaseHandler
 from trioserve.worker.torchserve.context import Context
-from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.torchserve.errors import PredictionException
 from trioserve.worker.torchserve.metrics import MetricsCache
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "worker"

@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import torch
 
+from trioserve.worker.errors import LoadError
 from trioserve.worker.torchserve.builtin import text_prep
 from trioserve.worker.torchserve.context import Context
-from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.torchserve.errors import PredictionException
 from trioserve.worker.torchserve.metrics import MetricsCache
 
 MODEL_FILE = Path(__file__).resolve().parents[1] / "e2e" / "handlers" / "text" / "bag_model.py"

@@ -19,9 +19,10 @@ import pytest
 import torch
 from PIL import Image
 
+from trioserve.worker.errors import LoadError
 from trioserve.worker.torchserve import ts_shim
 from trioserve.worker.torchserve.context import Context
-from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.torchserve.errors import PredictionException
 from trioserve.worker.torchserve.metrics import MetricsCache
 
 STANDIN = Path(__file__).resolve().parents[1] / "fixtures" / "vision_standin"

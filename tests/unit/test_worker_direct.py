@@ -165,19 +165,18 @@ async def test_an_answer_that_cannot_be_sent_ends_the_worker(
 ) -> None:
     """Nothing else would answer the batch: the worker exits (status 1), so the server fails
     the batch at once instead of waiting for the response timeout."""
-    # Every RESPONSE frame is encoded there.
-    import trioserve.worker.torchserve.replies as worker_replies
+    import trioserve.worker.responses as worker_responses  # every RESPONSE frame is encoded there
 
     (tmp_path / "slow_echo.py").write_text(SLOW_ECHO)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    real_encode = worker_replies.encode_reply
+    real_encode = worker_responses.encode_reply
 
     def encode_reply(reply):  # type: ignore[no-untyped-def]
         if reply.batch_id == 2:
             raise ValueError("cannot encode")
         return real_encode(reply)
 
-    monkeypatch.setattr(worker_replies, "encode_reply", encode_reply)
+    monkeypatch.setattr(worker_responses, "encode_reply", encode_reply)
     exits: list[tuple[int, str]] = []
 
     def recording_exit(status: int, why: str) -> NoReturn:

@@ -8,14 +8,10 @@ from typing import Any
 import pytest
 
 from trioserve.core.messages import Param, WorkItem
+from trioserve.worker.errors import LoadError, load_error
 from trioserve.worker.torchserve.batch import prepare, run_batch
 from trioserve.worker.torchserve.context import Context
-from trioserve.worker.torchserve.errors import (
-    LoadError,
-    PredictionException,
-    batch_error,
-    load_error,
-)
+from trioserve.worker.torchserve.errors import PredictionException, batch_error
 from trioserve.worker.torchserve.metrics import MetricsCache
 
 

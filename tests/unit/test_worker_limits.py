@@ -181,7 +181,7 @@ def test_the_worker_keeps_to_the_frame_limit_the_server_sends() -> None:
     """The server reads frames sized for its batch capacity (twice batchSize for a stateful
     continuous-batching model) and says so in LOAD: the worker uses that number rather than
     working one out from batch_size, and a spec without it falls back to batch_size."""
-    from trioserve.worker.torchserve.replies import FrameLimit
+    from trioserve.worker.responses import FrameLimit
 
     doubled = response_frame_limit(1000, 2)
     spec = LoadSpec(

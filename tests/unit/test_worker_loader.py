@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from trioserve.worker.errors import LoadError
 from trioserve.worker.torchserve import ts_shim
 from trioserve.worker.torchserve.base_handler import BaseHandler
 from trioserve.worker.torchserve.context import Context
-from trioserve.worker.torchserve.errors import LoadError
 from trioserve.worker.torchserve.loader import import_handler_module, load_handler, split_handler
 from trioserve.worker.torchserve.metrics import MetricsCache
 

@@ -27,9 +27,9 @@ from trioserve.core.oip.transport import (
     request_header,
     tensor_param,
 )
+from trioserve.worker.errors import LoadError
 from trioserve.worker.mlserver import mlserver_shim
 from trioserve.worker.mlserver.mlmodel import CANCELLED, STREAM_WINDOW, MLModelRunner, load_mlmodel
-from trioserve.worker.torchserve.errors import LoadError
 
 RUNTIME = """
 from mlserver import MLModel

@@ -8,9 +8,10 @@ import pytest
 
 from trioserve.core.frames import Kind, decode
 from trioserve.core.messages import BatchReply, decode_reply
+from trioserve.worker.errors import LoadError
 from trioserve.worker.torchserve.context import Context
 from trioserve.worker.torchserve.envelopes import validate, wrap
-from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.torchserve.errors import PredictionException
 from trioserve.worker.torchserve.streaming import (
     IntermediateChannel,
     OtfError,

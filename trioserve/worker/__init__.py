@@ -12,7 +12,10 @@ API it was written against, one subpackage each:
 
 The modules here are what both share: the frame loop (:mod:`~trioserve.worker.loop`, the one
 module that knows both APIs), the connection to the server, the BATCH frame's decoding and
-collated tensors, the handler thread, cancellations and the import hooks' loader.
+collated tensors, the handler thread, cancellations, the RESPONSE frames and their limits
+(:mod:`~trioserve.worker.responses`), load failures (:mod:`~trioserve.worker.errors`) and the
+import hooks' loader. Neither API package imports the other, and nothing here but the loop
+imports either (``tests/unit/test_layering.py``).
 
 Nothing here imports torch unless a handler did, or a tensor has to be serialized.
 """

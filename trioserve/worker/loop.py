@@ -1,9 +1,13 @@
 """The worker's frame loop: :class:`WorkerLoop`, inside the worker subprocess.
 
-It reads the server's frames, loads the model and runs each batch in the handler thread
-(:mod:`trioserve.worker.handler_thread`; an MLServer model's batches go to its own event loop,
-:mod:`trioserve.worker.mlserver.mlmodel`, as do CANCEL, STREAM_INPUT and STREAM_ACK frames for it);
-the bytes go through a :class:`~trioserve.worker.connection.ServerConnection`.
+It reads the server's frames, loads the model in the handler thread
+(:mod:`trioserve.worker.handler_thread`) and has each batch answered through the model's API:
+a TorchServe handler's in the handler thread
+(:func:`~trioserve.worker.torchserve.answer.answer_batch`), an MLServer model's on its own
+event loop (:mod:`trioserve.worker.mlserver.mlmodel`), which also gets the CANCEL,
+STREAM_INPUT and STREAM_ACK frames for it. The loop is the one module of the worker that
+knows both APIs. The bytes go through a
+:class:`~trioserve.worker.connection.ServerConnection`.
 
 Frames in (server -> worker) and what the worker does:
 
@@ -56,19 +60,18 @@ from trioserve.core.messages import (
 )
 from trioserve.worker.cancellation import CancelBook
 from trioserve.worker.connection import ServerConnection
+from trioserve.worker.errors import load_error
 from trioserve.worker.handler_thread import HandlerThread
 from trioserve.worker.mlserver.mlmodel import MLModelRunner, load_mlmodel
 from trioserve.worker.pending import Pending, PendingBatch, PendingLoad
+from trioserve.worker.responses import FrameLimit, error_reply
 from trioserve.worker.tensors import TensorSpecError, parse_batch_tensors
-from trioserve.worker.torchserve import kserve
-from trioserve.worker.torchserve.batch import Entry, prepare, run_batch
+from trioserve.worker.torchserve.answer import answer_batch
+from trioserve.worker.torchserve.batch import Entry
 from trioserve.worker.torchserve.codec import decode_enabled
 from trioserve.worker.torchserve.context import Context
-from trioserve.worker.torchserve.errors import PREDICTION_FAILED, load_error
 from trioserve.worker.torchserve.loader import load_spec_handler
 from trioserve.worker.torchserve.metrics import MetricsCache
-from trioserve.worker.torchserve.replies import FrameLimit, error_reply
-from trioserve.worker.torchserve.streaming import IntermediateChannel
 from trioserve.worker.wire import decode_batch
 
 log = logging.getLogger("trioserve.worker")
@@ -348,35 +351,18 @@ class WorkerLoop:
         if all(self._cancels.is_cancelled(item.request_id) for item in batch.items):
             # Sent behind a running batch and cancelled (client gone, deadline) before it ran.
             return error_reply(batch.batch_id, 503, "every request was cancelled before it ran")
-        channel = IntermediateChannel(batch.batch_id, self._send_from_thread, self._frames.reply)
-        try:
-            # v1 or OIP requests:
-            runner = kserve.rows_runner(batch.items, self._spec.envelope, self._spec.request_limits)
-            if runner is not None:
-                return runner(
-                    entry,
-                    context,
-                    batch.batch_id,
-                    batch.items,
-                    decode=self._decode,
-                    cancel_check=self._cancels.is_cancelled,
-                    channel=channel,
-                    tensors=batch.tensors,
-                )
-            data = prepare(
-                context,
-                batch.items,
-                decode=self._decode,
-                cancel_check=self._cancels.is_cancelled,
-                channel=channel,
-                tensors=batch.tensors,
-            )
-            return run_batch(entry, context, batch.batch_id, batch.items, data)
-        except BaseException as exc:  # run_batch catches the handler's; this is the worker's
-            log.error("batch %d could not be run", batch.batch_id, exc_info=exc)
-            return error_reply(batch.batch_id, *PREDICTION_FAILED)
-        finally:
-            context.end_batch()
+        return answer_batch(
+            entry,
+            context,
+            self._spec,
+            batch.batch_id,
+            batch.items,
+            decode=self._decode,
+            cancel_check=self._cancels.is_cancelled,
+            tensors=batch.tensors,
+            write=self._send_from_thread,
+            encode=self._frames.reply,
+        )
 
     def _metrics_frame(self, *, flush: bool = True) -> bytes:
         """A METRICS frame with the records since the last one; empty bytes when none, or

@@ -36,6 +36,7 @@ from typing import Any, Final
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem, encode_reply
 from trioserve.core.oip.transport import END_HEADER, STREAM_HEADER
+from trioserve.worker.errors import LoadError
 from trioserve.worker.mlserver.mlmodel_io import (
     answer_reply,
     failed,
@@ -43,8 +44,7 @@ from trioserve.worker.mlserver.mlmodel_io import (
     merged_request,
     split_replies,
 )
-from trioserve.worker.torchserve.errors import LoadError
-from trioserve.worker.torchserve.replies import FrameLimit
+from trioserve.worker.responses import FrameLimit
 
 log = logging.getLogger("trioserve.worker")
 

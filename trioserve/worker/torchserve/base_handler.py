@@ -21,7 +21,8 @@ import warnings
 from typing import Any
 
 from trioserve.core import jsontext
-from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.errors import LoadError
+from trioserve.worker.torchserve.errors import PredictionException
 from trioserve.worker.torchserve.util import list_classes_from_module, load_label_mapping
 
 log = logging.getLogger("trioserve.worker")

@@ -14,14 +14,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trioserve.core.messages import BatchReply, WorkItem
+from trioserve.worker.responses import error_reply
 from trioserve.worker.tensors import BatchTensor
 from trioserve.worker.torchserve.codec import decode_request, request_headers
 from trioserve.worker.torchserve.context import Context
 from trioserve.worker.torchserve.errors import PREDICTION_FAILED, batch_error
-from trioserve.worker.torchserve.replies import OutputError, error_reply, final_reply
+from trioserve.worker.torchserve.replies import OutputError, final_reply
 
 log = logging.getLogger("trioserve.worker")
 
+# A handler's entry point, called as entry(data, context) (see loader.py).
 Entry = Callable[[Any, Any], Any]
 
 

@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any
 
 from trioserve.core import jsontext
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_instances
 from trioserve.core.oip.request import InferRequest, parse_infer_request
-from trioserve.worker.torchserve.errors import LoadError, PredictionException
+from trioserve.worker.errors import LoadError
+from trioserve.worker.torchserve.batch import Entry
+from trioserve.worker.torchserve.errors import PredictionException
 from trioserve.worker.torchserve.oip import answer_tensor, input_row
-
-Entry = Callable[[Any, Any], Any]
 
 
 class BaseEnvelope(ABC):

@@ -1,6 +1,6 @@
 """How a handler's failures become status codes (TorchServe's worker-side rules).
 
-Batch level (the whole batch fails with one code and message):
+The whole batch fails with one code and message:
 
 * ``MemoryError`` -> 507 ``Out of resources``
 * ``PredictionException(message, error_code)`` -> ``error_code`` / ``message``
@@ -9,19 +9,19 @@ Batch level (the whole batch fails with one code and message):
 * a return value that is not a list -> 503 ``Invalid model predict output``
 * a list of the wrong length -> 503 ``number of batch response mismatched``
 
-Load level: ``MemoryError`` or ``CUDA`` in the text -> 507 ``System out of memory``; anything
-else -> 500 with the exception's type and text (TorchServe says only ``Unknown exception``).
+A failure to load is the worker's, whatever the model API: :mod:`trioserve.worker.errors`.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from trioserve.worker.errors import mentions_cuda
+
 OUT_OF_RESOURCES: Final = (507, "Out of resources")
 PREDICTION_FAILED: Final = (503, "Prediction failed")
 INVALID_OUTPUT: Final = (503, "Invalid model predict output")
 LENGTH_MISMATCH: Final = (503, "number of batch response mismatched")
-LOAD_OUT_OF_MEMORY: Final = (507, "System out of memory")
 
 
 class PredictionException(Exception):
@@ -50,13 +50,6 @@ def _prediction_exception(exc: BaseException) -> tuple[int, str] | None:
     return code, message if isinstance(message, str) else str(exc)
 
 
-def _mentions_cuda(exc: BaseException) -> bool:
-    try:
-        return "CUDA" in str(exc)
-    except Exception:
-        return False
-
-
 def batch_error(exc: BaseException) -> tuple[int, str]:
     """The batch-level (code, message) for an exception raised by the entry point."""
     if isinstance(exc, MemoryError):
@@ -64,22 +57,6 @@ def batch_error(exc: BaseException) -> tuple[int, str]:
     explicit = _prediction_exception(exc)
     if explicit is not None:
         return explicit
-    if _mentions_cuda(exc):
+    if mentions_cuda(exc):
         return OUT_OF_RESOURCES
     return PREDICTION_FAILED
-
-
-def load_error(exc: BaseException) -> tuple[int, str]:
-    """The LOAD_RESULT (code, message) for an exception raised while loading."""
-    if isinstance(exc, MemoryError) or _mentions_cuda(exc):
-        return LOAD_OUT_OF_MEMORY
-    try:
-        text = str(exc)
-    except Exception:
-        text = "<exception text unavailable>"
-    name = type(exc).__name__
-    return 500, f"{name}: {text}" if text else name
-
-
-class LoadError(Exception):
-    """The model cannot be loaded for a reason the worker can state plainly."""

@@ -26,10 +26,10 @@ from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.kserve import EXPLAIN_HEADER, V1_HEADER, answer_body, answer_key, instances_of
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 from trioserve.core.messages import BatchReply, Reply, WorkItem
+from trioserve.worker.responses import error_reply
 from trioserve.worker.torchserve import oip
-from trioserve.worker.torchserve.replies import error_reply
+from trioserve.worker.torchserve.batch import Entry
 
-Entry = Callable[[Any, Any], Any]
 Runner = Callable[..., BatchReply]
 
 # Envelopes that read {"instances": [...]} bodies themselves.

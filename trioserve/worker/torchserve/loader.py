@@ -18,17 +18,15 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 from trioserve.core.messages import LoadSpec
+from trioserve.worker.errors import LoadError
 from trioserve.worker.torchserve import envelopes, ts_shim
-from trioserve.worker.torchserve.errors import LoadError
+from trioserve.worker.torchserve.batch import Entry
 from trioserve.worker.torchserve.util import list_classes_from_module
-
-Entry = Callable[[Any, Any], Any]
 
 DEFAULT_FUNCTION = "handle"
 BUILTIN_PACKAGE = "ts.torch_handler"

@@ -41,11 +41,10 @@ from trioserve.core.oip.transport import (
     is_tensor_param,
     param_tensor,
 )
+from trioserve.worker.responses import error_reply
 from trioserve.worker.torchserve import batch
+from trioserve.worker.torchserve.batch import Entry
 from trioserve.worker.torchserve.codec import decode_request, request_headers
-from trioserve.worker.torchserve.replies import error_reply
-
-Entry = Callable[[Any, Any], Any]
 
 ROW_OUTPUT_HEADER = "x-trioserve-oip-row"  # on a row's reply: [name, datatype, shape]
 

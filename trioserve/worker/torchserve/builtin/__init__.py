@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from trioserve.worker.torchserve.errors import LoadError
+from trioserve.worker.errors import LoadError
 
 VISION_EXTRA = "pip install 'trioserve[vision]'"
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from trioserve.worker.errors import LoadError
 from trioserve.worker.torchserve.base_handler import BaseHandler
 from trioserve.worker.torchserve.builtin import text_prep
-from trioserve.worker.torchserve.errors import LoadError
 
 SOURCE_VOCAB = "source_vocab.pt"
 
