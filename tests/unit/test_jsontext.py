@@ -93,7 +93,7 @@ TRUSTED = {
     "config/values.py": "values of the operator's config.properties",
     "auth.py": "the server's own key file",
     "model/settings.py": "model-settings.json read from a folder (MLServer's API)",
-    "worker/util.py": "index_to_name.json from the model's own files",
+    "worker/torchserve/util.py": "index_to_name.json from the model's own files",
     "archive/_manifest.py": "an archive's MANIFEST.json (literal numbers need json's hooks)",
     "archive/_model_settings.py": "model-settings.json of a store folder",
     "client/cli.py": "a file the user names on the command line",

@@ -1,5 +1,5 @@
 """KServe v1 without a socket: the body check (core/kserve.py) and the worker's expansion of
-instances into rows and of answers into ``{"predictions"}`` (worker/kserve.py)."""
+instances into rows and of answers into ``{"predictions"}`` (worker/torchserve/kserve.py)."""
 
 from __future__ import annotations
 

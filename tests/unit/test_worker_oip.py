@@ -1,5 +1,5 @@
 """OIP requests in the worker: inputs become kservev2 rows, answers become output tensors,
-rows join back into one reply per request (worker/oip.py), without a socket."""
+rows join back into one reply per request (worker/torchserve/oip.py), without a socket."""
 
 from __future__ import annotations
 
