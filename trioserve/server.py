@@ -292,6 +292,7 @@ async def serve(
                             max_request_size=config.max_request_size,
                             shutdown_trigger=shutdown.wait,
                             graceful_timeout=config.shutdown_grace_seconds,
+                            request_limits=config.request_limits,
                         )
                     )
                 )

@@ -246,4 +246,4 @@ def test_only_the_decoder_parses_request_bytes() -> None:
     assert readers == {"bridge.py": 2}  # the length prefix, then the message
     bridge = (GRPC_PACKAGE / "bridge.py").read_text()
     assert "return decode(data)" in bridge
-    assert "request_decoder(route.request_type)" in bridge
+    assert "request_decoder(route.request_type, bridge.limits)" in bridge

@@ -98,11 +98,14 @@ class _TooManyUnknown(Exception):
     pass
 
 
-def check(data: bytes, schema: MessageSchema) -> None:
+def check(data: bytes, schema: MessageSchema) -> dict[int, int]:
     """Refuse ``data`` unless it is well-formed protobuf for ``schema`` with at most
-    :data:`MAX_UNKNOWN_FIELDS` unknown fields (BAD_INPUT)."""
+    :data:`MAX_UNKNOWN_FIELDS` unknown fields (BAD_INPUT). Returns how many times each
+    field number occurs in the top-level message, so that a caller can refuse a request of
+    too many entries before a parser builds an object for each."""
+    counts: dict[int, int] = {}
     try:
-        _walk(data, 0, len(data), schema, 0, [MAX_UNKNOWN_FIELDS])
+        _walk(data, 0, len(data), schema, 0, [MAX_UNKNOWN_FIELDS], counts)
     except _Malformed as error:
         raise ServeError(
             ErrorKind.BAD_INPUT, f"malformed protobuf in {schema.name}: {error.describe()}"
@@ -113,6 +116,7 @@ def check(data: bytes, schema: MessageSchema) -> None:
             f"{schema.name} carries more than {MAX_UNKNOWN_FIELDS} fields this server does not "
             f"know ({error}); at most {MAX_UNKNOWN_FIELDS} are accepted",
         ) from None
+    return counts
 
 
 def _label(number: int, spec: FieldSpec | None, at: int) -> str:
@@ -149,10 +153,17 @@ def _labelled_varint(
 
 
 def _walk(
-    data: bytes, start: int, end: int, schema: MessageSchema, depth: int, unknown: list[int]
+    data: bytes,
+    start: int,
+    end: int,
+    schema: MessageSchema,
+    depth: int,
+    unknown: list[int],
+    counts: dict[int, int] | None = None,
 ) -> None:
     """Check the message in ``data[start:end]``; offsets in errors count from ``data``'s
-    start. ``unknown`` holds how many more unknown fields may come."""
+    start. ``unknown`` holds how many more unknown fields may come; ``counts``, when
+    given, how many times each field number occurred (the top-level message's)."""
     fields = schema.fields
     pos = start
     while pos < end:
@@ -168,6 +179,8 @@ def _walk(
         number = tag >> 3
         if number == 0:
             raise _Malformed(f"the tag at byte {at} has field number 0")
+        if counts is not None:
+            counts[number] = counts.get(number, 0) + 1
         spec = fields.get(number)
         if spec is None:
             unknown[0] -= 1

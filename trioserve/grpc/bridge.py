@@ -42,6 +42,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from trioserve.auth import TokenStore
 from trioserve.core.errors import ServeError
+from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
 from trioserve.grpc.calls import (
     BidiStreaming,
     ClientGone,
@@ -116,7 +117,7 @@ class _Servable:
                 raise TypeError(f"{type(service).__name__} does not implement rpc {name}")
             if _CARDINALITY[type(method)] is not route.cardinality:
                 raise TypeError(f"rpc {name} is {route.cardinality.name}")
-            decode = request_decoder(route.request_type)
+            decode = request_decoder(route.request_type, bridge.limits)
             self.decoders[path] = decode
             call = partial(bridge.handle, service, name, method, decode)
             mapping[path] = grpclib.const.Handler(
@@ -155,9 +156,16 @@ class _InFlight:
 class _Bridge:
     """The asyncio handlers grpclib calls; each crosses into Trio once."""
 
-    def __init__(self, dispatcher: Dispatcher, max_request_size: int, portal: LoopThread) -> None:
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        max_request_size: int,
+        portal: LoopThread,
+        limits: RequestLimits = DEFAULT_LIMITS,
+    ) -> None:
         self._dispatcher = dispatcher
         self._limit = max_request_size
+        self.limits = limits  # what the decoders count before parsing (max_request_inputs)
         self._portal = portal
         self.in_flight = _InFlight()
 
@@ -299,6 +307,7 @@ async def serve_grpc(
     max_request_size: int,
     shutdown_trigger: Callable[[], Awaitable[None]],
     graceful_timeout: float = 10.0,
+    request_limits: RequestLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[dict[str, list[str]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve each planned gRPC port until shutdown.
@@ -308,11 +317,13 @@ async def serve_grpc(
     ``shutdown_trigger`` returns, new calls are refused with UNAVAILABLE while the calls in
     flight get up to ``graceful_timeout`` seconds to finish; then the servers close
     (cancelling what is left, which cancels its requests) and this returns.
+    ``request_limits`` bound the inputs and outputs a request message may carry; the
+    decoders count them before the message is parsed.
     """
     gate = Gate()
     async with trio.open_nursery() as nursery:
         portal: LoopThread = await nursery.start(LoopThread().run)
-        bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal)
+        bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal, request_limits)
         listeners: list[_Listener] = []
         try:
             for planned in listeners_plan:
