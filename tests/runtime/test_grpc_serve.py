@@ -13,16 +13,20 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from trioserve._proto.inference import GrpcInferenceServiceBase
 from trioserve._proto.org.pytorch.serve.grpc.inference import (
     InferenceApIsServiceBase,
     InferenceApIsServiceStub,
     PredictionsRequest,
 )
+from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.limits import RequestLimits
 from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.grpc.bridge import GrpcListener, _Bridge, _Servable, serve_grpc
 from trioserve.grpc.calls import Dispatcher, Gate
 from trioserve.grpc.inference import InferenceRpcs
 from trioserve.grpc.loop_thread import LoopThread
+from trioserve.grpc.oip import OipRpcs
 from trioserve.runtime.dataplane import Dataplane
 
 from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version
@@ -232,3 +236,23 @@ def test_every_rpc_of_the_proto_must_be_implemented() -> None:
 
     with pytest.raises(TypeError, match="UNARY_UNARY"):
         _Servable(generated, WrongKind(), bridge)
+
+
+def test_the_decoders_count_inputs_under_the_limits_serve_grpc_is_given() -> None:
+    """A ModelInfer message of more inputs than max_request_inputs is refused before it is
+    parsed (3,000 empty inputs: 6 KB of wire, ~750 KB of messages); a raised limit lets it
+    through to the parser."""
+    message = b"\x2a\x00" * 3000
+    generated = GrpcInferenceServiceBase().__mapping__()
+    for limits in (RequestLimits(), RequestLimits(max_request_inputs=3000)):
+        bridge = _Bridge(Dispatcher(Gate(), None), 100, LoopThread(), limits)
+        decode = _Servable(generated, OipRpcs(None), bridge).decoders[  # type: ignore[arg-type]
+            "/inference.GRPCInferenceService/ModelInfer"
+        ]
+        if limits.max_request_inputs < 3000:
+            with pytest.raises(ServeError) as refused:
+                decode(message)
+            assert refused.value.kind is ErrorKind.TOO_LARGE
+            assert "(inputs) has more than 2048 entries" in refused.value.message
+        else:
+            assert len(decode(message).inputs) == 3000

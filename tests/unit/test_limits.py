@@ -23,6 +23,7 @@ from trioserve.core.frames import FrameDecoder
 from trioserve.core.kserve import instances_of
 from trioserve.core.limits import (
     DEFAULT_LIMITS,
+    ELEMENTS_CAP,
     LIMIT_SETTINGS,
     RequestLimits,
     check_elements,
@@ -89,7 +90,11 @@ def test_declared_elements_sums_the_shapes_it_can_read() -> None:
     assert declared_elements([[2, 3], [4], []]) == 6 + 4 + 1
     # shapes the tensor checks refuse with their own message count nothing here
     assert declared_elements([[2, -1], "ab", None, [1.5], [3]]) == 3  # type: ignore[list-item]
-    assert declared_elements([[2**40, 2**40]]) == 2**80
+    assert declared_elements([[2**30, 2**30]]) == 2**60
+    # beyond 2**64 a shape counts as 2**64 (its exact product can take minutes: see
+    # test_hostile_parsers.py), unless a dimension is 0
+    assert declared_elements([[2**40, 2**40]]) == ELEMENTS_CAP
+    assert declared_elements([[2**40, 2**40, 0]]) == 0
 
 
 def test_limits_travel_in_the_load_frame() -> None:

@@ -63,10 +63,15 @@ def parameter_value(parameter: InferParameter) -> ParamValue | None:
     return None
 
 
-def parameters_of(parameters: Mapping[str, InferParameter]) -> Parameters:
-    """A message's ``parameters`` map as plain values (entries holding nothing dropped)."""
+def parameters_of(parameters: Mapping[str, InferParameter | None]) -> Parameters:
+    """A message's ``parameters`` map as plain values (entries holding nothing dropped).
+
+    A map entry on the wire without its value field (``{1: key}``, valid protobuf: the value
+    is the default message) reaches here as ``None`` from betterproto2: it holds nothing."""
     found: Parameters = {}
     for key, parameter in parameters.items():
+        if parameter is None:
+            continue
         value = parameter_value(parameter)
         if value is not None:
             found[key] = value

@@ -18,8 +18,6 @@ from trioserve.core.limits import (
     DEFAULT_LIMITS,
     RequestLimits,
     check_elements,
-    check_inputs,
-    check_outputs,
     declared_elements,
 )
 from trioserve.core.oip.envelope import InputEnvelope, parse_envelope
@@ -109,14 +107,12 @@ def parse_infer_request(
         text = bytes(view[:header_length])
         blobs = view[header_length:]
     try:
-        envelope = parse_envelope(text)
+        envelope = parse_envelope(text, limits)
     except ServeError as exc:
         if header_length is None and "trailing characters" in exc.message:
             exc.message += f" (binary data after the JSON needs the {HEADER_LENGTH_HEADER} header)"
             exc.args = (exc.message,)
         raise
-    check_inputs(len(envelope.inputs), limits)
-    check_outputs(len(envelope.outputs or ()), limits)
     check_elements(declared_elements(item.shape for item in envelope.inputs), limits)
     sizes = [_binary_size(item) for item in envelope.inputs]
     _check_blob_sizes(sizes, len(blobs), header_length)

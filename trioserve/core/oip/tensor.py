@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trioserve.core.errors import ErrorKind, ServeError, quote
+from trioserve.core.limits import shape_elements
 from trioserve.core.oip.datatypes import Datatype, lookup_datatype
 from trioserve.core.oip.elements import encode_elements, flatten
 from trioserve.core.oip.packing import Buffer, byte_view, count_bytes_elements, unpack
@@ -81,7 +82,7 @@ class Tensor:
         info = lookup_datatype(datatype, context=where)
         dims = check_shape(shape, where)
         flat, kinds = flatten(data)
-        count = math.prod(dims)
+        count = shape_elements(dims)
         if len(flat) != count:
             raise ServeError(
                 ErrorKind.BAD_INPUT,
@@ -107,7 +108,7 @@ class Tensor:
         where = f"{role} {quote(name)}: "
         info = lookup_datatype(datatype, context=where)
         dims = check_shape(shape, where)
-        count = math.prod(dims)
+        count = shape_elements(dims)
         view = byte_view(raw)
         if info.itemsize is None:
             try:
