@@ -9,7 +9,9 @@ did not take to ``send_all``. The caller must be the only sender on the stream a
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 
 import trio
 
@@ -34,3 +36,22 @@ async def send_eagerly(
     sent = write_nowait(fd, data, what)
     if sent < len(data):
         await stream.send_all(memoryview(data)[sent:])
+
+
+async def linger(sock: trio.socket.SocketType, fd: int, seconds: float = 2.0) -> None:
+    """Before closing a connection refused mid-request: shut its sending side (the client
+    reads the answer, then the end) and read what the client still sends, dropping it, for
+    at most ``seconds`` or until the client closes. Closing with unread bytes would make the
+    kernel reset the connection, which can destroy the answer before the client reads it."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_WR)
+    with trio.move_on_after(seconds):
+        while True:
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                if not os.read(fd, 65536):
+                    return
+            except BlockingIOError:
+                continue
+            except OSError:
+                return

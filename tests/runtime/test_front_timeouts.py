@@ -102,3 +102,32 @@ async def test_shutdown_does_not_wait_for_the_timer_or_the_grace_period() -> Non
             shutdown.set()  # the idle connection closes at once, and serve() returns
         assert await _read_all(stream) == b""
         await stream.aclose()
+
+
+async def test_a_refused_upload_gets_its_answer_not_a_reset() -> None:
+    """A body over max_request_size is refused from its head, while the client is still
+    sending it. The server then reads and drops what keeps coming before it closes (a
+    lingering close): closing with unread bytes would reset the connection, and the reset
+    destroys the 413 before the client reads it."""
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        _front, port = await _serving(nursery, shutdown)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        head = b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % (8 << 20)
+        received: list[bytes] = []
+
+        async def upload() -> None:
+            await stream.send_all(head + b"x" * (8 << 20))
+
+        async def read() -> None:
+            received.append(await _read_all(stream))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as client:
+                client.start_soon(upload)
+                client.start_soon(read)
+        await stream.aclose()
+        # (this front's error body answers every refusal as a 500, with the reason)
+        assert received[0].startswith(b"HTTP/1.1 "), received[0][:200]
+        assert b"larger than max_request_size" in received[0]
+        shutdown.set()
