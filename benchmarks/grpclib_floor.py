@@ -1,11 +1,21 @@
-"""What grpclib alone costs per unary call: the floor under trioserve's gRPC numbers.
+"""What grpclib alone costs per unary call: the floor under trioserve's gRPC numbers, and what
+each way of crossing into Trio adds to it.
 
-Starts a bare grpclib server (plain asyncio, one process, no Trio) whose TorchServe
-``Predictions`` handler returns its input and does nothing else, loads it with h2load from
-``../shared/bench`` (one connection, C streams, count mode, like a gRPC channel), and prints
-calls/s and the server's CPU time per call, read from /proc.
+Starts a bare grpclib server whose TorchServe ``Predictions`` handler returns its input,
+loads it with h2load from ``../shared/bench`` (one connection, C streams, count mode, like a
+gRPC channel), and prints calls/s and the server's CPU time per call, read from /proc. The
+mode says where the handler's answer comes from:
 
-    .venv/bin/python benchmarks/grpclib_floor.py [--calls 10000] [--concs 16,64] [--uvloop]
+- ``floor``: the asyncio handler itself (plain asyncio, no Trio);
+- ``thread``: a Trio task, through trioserve's ``LoopThread`` (grpclib's loop in a thread of
+  its own, Trio in the main thread: a crossing each way per call, two threads on one GIL);
+  this is how the server runs today;
+- ``guest``: a Trio task, Trio running as a guest on grpclib's loop
+  (``trio.lowlevel.start_guest_run``): Trio's tasks run on the loop's thread; only Trio's
+  I/O wait stays in a thread of its own.
+
+    .venv/bin/python benchmarks/grpclib_floor.py [--calls 10000] [--concs 16,64]
+        [--modes floor,thread,guest] [--uvloop]
 
 Loopback only (port 17070); bounded by the call count and a timeout.
 """
@@ -20,6 +30,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +41,19 @@ PORT = 17070
 PATH = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
 
 
-def serve(use_uvloop: bool) -> None:
+# Where the handler's answer comes from (None: the handler itself); set by the mode.
+_ANSWER: Callable[[bytes], Awaitable[bytes]] | None = None
+
+
+async def _in_trio(data: bytes) -> bytes:
+    """The least a Trio rpc implementation does: run as a task, checkpoint, answer."""
+    import trio
+
+    await trio.lowlevel.checkpoint()
+    return data
+
+
+async def _grpclib_server() -> None:
     from grpclib.server import Server
 
     from trioserve._proto.org.pytorch.serve.grpc.inference import (
@@ -40,18 +63,77 @@ def serve(use_uvloop: bool) -> None:
 
     class Echo(InferenceApIsServiceBase):
         async def predictions(self, message: Any) -> PredictionResponse:
-            return PredictionResponse(prediction=message.input["data"])
+            data = message.input["data"]
+            if _ANSWER is not None:
+                data = await _ANSWER(data)
+            return PredictionResponse(prediction=data)
 
-    async def main() -> None:
-        server = Server([Echo()])
-        await server.start("127.0.0.1", PORT)
-        await server.wait_closed()
+    server = Server([Echo()])
+    await server.start("127.0.0.1", PORT)
+    await server.wait_closed()
 
+
+def serve(use_uvloop: bool, mode: str) -> None:
+    if mode == "thread":
+        import trio
+
+        from trioserve.grpc.loop_thread import LoopThread
+
+        async def trio_main() -> None:
+            global _ANSWER
+            async with trio.open_nursery() as nursery:
+                portal: LoopThread = await nursery.start(LoopThread().run)
+
+                def answer(data: bytes) -> Awaitable[bytes]:
+                    return portal.run_trio(_in_trio, data)
+
+                _ANSWER = answer
+                await portal.run_aio(_grpclib_server())
+
+        trio.run(trio_main)
+        return
     if use_uvloop:
         import uvloop  # type: ignore[import-not-found]
 
         uvloop.install()
-    asyncio.run(main())
+    asyncio.run(_guest_main() if mode == "guest" else _grpclib_server())
+
+
+async def _guest_main() -> None:
+    """grpclib's loop as the host, Trio as its guest: the handler's answers come from Trio
+    tasks started in the guest's nursery, on the same thread."""
+    import outcome
+    import trio
+
+    global _ANSWER
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[tuple[Any, Any]] = loop.create_future()
+
+    async def trio_main() -> None:
+        async with trio.open_nursery() as nursery:
+            ready.set_result((trio.lowlevel.current_trio_token(), nursery))
+            await trio.sleep_forever()
+
+    trio.lowlevel.start_guest_run(
+        trio_main,
+        run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+        run_sync_soon_not_threadsafe=loop.call_soon,
+        done_callback=lambda result: None,
+    )
+    token, nursery = await ready
+
+    async def answer(data: bytes) -> bytes:
+        future: asyncio.Future[Any] = loop.create_future()
+
+        async def runner() -> None:
+            result = await outcome.acapture(_in_trio, data)
+            loop.call_soon(future.set_result, result)
+
+        token.run_sync_soon(nursery.start_soon, runner)
+        return (await future).unwrap()  # type: ignore[no-any-return]
+
+    _ANSWER = answer
+    await _grpclib_server()
 
 
 def _wait_listening(server: subprocess.Popen[bytes], timeout: float = 30) -> None:
@@ -73,17 +155,23 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=10000)
     parser.add_argument("--concs", default="16,64")
     parser.add_argument("--uvloop", action="store_true")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--modes", default="floor,thread,guest")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # the mode, in the server process
     args = parser.parse_args()
     if args.serve:
-        serve(args.uvloop)
+        serve(args.uvloop, args.serve)
         return
-    cmd = [sys.executable, __file__, "--serve"] + (["--uvloop"] if args.uvloop else [])
+    print("| mode | streams | calls/s | server CPU µs/call |\n|---|---:|---:|---:|")
+    for mode in args.modes.split(","):
+        _measure(mode, args)
+
+
+def _measure(mode: str, args: argparse.Namespace) -> None:
+    cmd = [sys.executable, __file__, "--serve", mode] + (["--uvloop"] if args.uvloop else [])
     server = subprocess.Popen(cmd)
     try:
         _wait_listening(server)
         proc = psutil.Process(server.pid)
-        print("| streams | calls/s | server CPU µs/call |\n|---:|---:|---:|")
         for conc in [int(c) for c in args.concs.split(",")]:
             before = proc.cpu_times()
             env = dict(os.environ, EXPECT_RESP_BYTES="12", H2_N=str(args.calls))
@@ -104,7 +192,7 @@ def main() -> None:
             n = int(re.search(r"\bn=(\d+)", out).group(1))  # type: ignore[union-attr]
             rps = float(re.search(r"\brps=([0-9.]+)", out).group(1))  # type: ignore[union-attr]
             used = (after.user + after.system) - (before.user + before.system)
-            print(f"| {conc} | {rps:.0f} | {used * 1e6 / max(n, 1):.0f} |")
+            print(f"| {mode} | {conc} | {rps:.0f} | {used * 1e6 / max(n, 1):.0f} |")
     finally:
         server.terminate()
         server.wait(10)
