@@ -1,13 +1,19 @@
-"""The loader behind the worker's import hooks (:mod:`trioserve.worker.torchserve.ts_shim`,
-:mod:`trioserve.worker.mlserver.mlserver_shim`): an alias is loaded as its target module itself (the
-same object, so classes are shared), a package without a target as an empty stand-in."""
+"""What the worker's import hooks share (:mod:`trioserve.worker.torchserve.ts_shim`,
+:mod:`trioserve.worker.mlserver.mlserver_shim`): the loader, which loads an alias as its
+target module itself (the same object, so classes are shared) and a package without a target
+as an empty stand-in, and :class:`AliasHook`, which puts a hook's finder on ``sys.meta_path``
+unless the real package is installed."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
+import sys
+import threading
 import types
+from collections.abc import Callable
 
 
 class AliasLoader(importlib.abc.Loader):
@@ -33,4 +39,52 @@ class AliasLoader(importlib.abc.Loader):
             module.__spec__ = self._target_spec
 
 
-__all__ = ["AliasLoader"]
+class AliasHook:
+    """One import hook: ``make_finder()`` resolves the names of the top-level package
+    ``package``; ``provided(name)`` says which loaded modules are the hook's own."""
+
+    def __init__(
+        self,
+        package: str,
+        make_finder: Callable[[], importlib.abc.MetaPathFinder],
+        provided: Callable[[str], bool],
+    ) -> None:
+        self._package = package
+        self._make_finder = make_finder
+        self._provided = provided
+        self._finder: importlib.abc.MetaPathFinder | None = None
+        self._lock = threading.Lock()
+
+    def installed(self) -> bool:
+        return self._finder is not None and self._finder in sys.meta_path
+
+    def install(self) -> bool:
+        """Install the hook unless the real package exists. Idempotent.
+
+        Returns True when the hook is (now or already) installed, False when the real
+        package is importable and is left to serve the imports.
+        """
+        with self._lock:
+            if self.installed():
+                return True
+            name = self._package
+            if name in sys.modules or importlib.util.find_spec(name) is not None:
+                return False
+            self._finder = self._make_finder()
+            sys.meta_path.insert(0, self._finder)
+            return True
+
+    def uninstall(self) -> None:
+        """Remove the hook and forget the modules it provided (for tests)."""
+        with self._lock:
+            if self._finder is None:
+                return
+            if self._finder in sys.meta_path:
+                sys.meta_path.remove(self._finder)
+            self._finder = None
+            for name in list(sys.modules):
+                if self._provided(name):
+                    del sys.modules[name]
+
+
+__all__ = ["AliasHook", "AliasLoader"]

@@ -20,13 +20,11 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import sys
-import threading
 import types
 from collections.abc import Sequence
 from typing import Final
 
-from trioserve.worker.alias_loader import AliasLoader
+from trioserve.worker.alias_loader import AliasHook, AliasLoader
 
 ALIASES: Final[dict[str, str]] = {
     "mlserver": "trioserve.model",
@@ -53,8 +51,6 @@ _NOT_PROVIDED_HINTS: Final[dict[str, str]] = {
     "mlserver.codecs.pandas": "PandasCodec needs pandas and is not provided",
     "mlserver.server": "trioserve is the server; MLServer's own is not provided",
 }
-
-_lock = threading.Lock()
 
 
 class MlserverFinder(importlib.abc.MetaPathFinder):
@@ -83,39 +79,7 @@ class MlserverFinder(importlib.abc.MetaPathFinder):
         )
 
 
-_finder: MlserverFinder | None = None
-
-
-def installed() -> bool:
-    return _finder is not None and _finder in sys.meta_path
-
-
-def install() -> bool:
-    """Install the ``mlserver`` import hook unless the real package exists. Idempotent.
-
-    Returns True when the hook is (now or already) installed, False when the real
-    ``mlserver`` package is importable and is left to serve the imports.
-    """
-    global _finder
-    with _lock:
-        if installed():
-            return True
-        if "mlserver" in sys.modules or importlib.util.find_spec("mlserver") is not None:
-            return False
-        _finder = MlserverFinder()
-        sys.meta_path.insert(0, _finder)
-        return True
-
-
-def uninstall() -> None:
-    """Remove the hook and forget the ``mlserver`` modules it provided (for tests)."""
-    global _finder
-    with _lock:
-        if _finder is None:
-            return
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
-        _finder = None
-        for name in list(sys.modules):
-            if name in ALIASES:
-                del sys.modules[name]
+_hook = AliasHook("mlserver", MlserverFinder, lambda name: name in ALIASES)
+installed = _hook.installed
+install = _hook.install
+uninstall = _hook.uninstall

@@ -18,13 +18,11 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import sys
-import threading
 import types
 from collections.abc import Sequence
 from typing import Final
 
-from trioserve.worker.alias_loader import AliasLoader
+from trioserve.worker.alias_loader import AliasHook, AliasLoader
 
 ALIASES: Final[dict[str, str]] = {
     "ts.context": "trioserve.worker.torchserve.context",
@@ -60,7 +58,6 @@ def _packages() -> frozenset[str]:
 
 
 PACKAGES: Final = _packages()
-_lock = threading.Lock()
 
 
 class TsFinder(importlib.abc.MetaPathFinder):
@@ -85,39 +82,7 @@ class TsFinder(importlib.abc.MetaPathFinder):
         )
 
 
-_finder: TsFinder | None = None
-
-
-def installed() -> bool:
-    return _finder is not None and _finder in sys.meta_path
-
-
-def install() -> bool:
-    """Install the ``ts`` import hook unless the real package exists. Idempotent.
-
-    Returns True when the hook is (now or already) installed, False when the real ``ts``
-    package is importable and is left to serve the imports.
-    """
-    global _finder
-    with _lock:
-        if installed():
-            return True
-        if "ts" in sys.modules or importlib.util.find_spec("ts") is not None:
-            return False
-        _finder = TsFinder()
-        sys.meta_path.insert(0, _finder)
-        return True
-
-
-def uninstall() -> None:
-    """Remove the hook and forget the ``ts`` modules it provided (for tests)."""
-    global _finder
-    with _lock:
-        if _finder is None:
-            return
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
-        _finder = None
-        for name in list(sys.modules):
-            if name in PACKAGES or name in ALIASES:
-                del sys.modules[name]
+_hook = AliasHook("ts", TsFinder, lambda name: name in PACKAGES or name in ALIASES)
+installed = _hook.installed
+install = _hook.install
+uninstall = _hook.uninstall
