@@ -37,7 +37,7 @@ from trioserve._proto.org.pytorch.serve.grpc.management import ManagementApIsSer
 from trioserve.core.protowire import STRING
 from trioserve.grpc.decode import wire_schema
 
-from .server import Server
+from .server import Server, running
 
 pytestmark = pytest.mark.e2e
 
@@ -45,28 +45,18 @@ MODELS = "echo=echo.mar,oip=oip.mar,control=control.mar"
 INFERENCE_BASES = (InferenceApIsServiceBase, GrpcInferenceServiceBase, HealthBase)
 
 
-def started(workdir: Path, store: Path, **properties: str) -> Server:
-    server = Server(workdir, store, MODELS, properties=properties)
-    server.start()
-    return server
-
-
 @pytest.fixture(scope="module")
 def server(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = started(tmp_path_factory.mktemp("grpc-malformed"), store)
-    yield server
-    server.stop()
-    server.kill()
+    with running(Server(tmp_path_factory.mktemp("grpc-malformed"), store, MODELS)) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def triton_server(store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = started(
-        tmp_path_factory.mktemp("grpc-malformed-triton"), store, oip_grpc_stream_shape="triton"
-    )
-    yield server
-    server.stop()
-    server.kill()
+    workdir = tmp_path_factory.mktemp("grpc-malformed-triton")
+    properties = {"oip_grpc_stream_shape": "triton"}
+    with running(Server(workdir, store, MODELS, properties=properties)) as server:
+        yield server
 
 
 def raw_call(channel: grpc.Channel, path: str, cardinality: str) -> Callable[[bytes], Any]:

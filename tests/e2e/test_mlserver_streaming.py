@@ -28,7 +28,7 @@ from trioserve._proto.inference import (
     ModelStreamInferResponse,
 )
 
-from .server import Server
+from .server import Server, running
 from .test_mlserver_models import mlserver_client
 
 pytestmark = pytest.mark.e2e
@@ -227,7 +227,7 @@ def stream_with_a_bad_third(server: Server, bad: str, triton: bool) -> tuple[lis
     messages = [stream_message("alpha beta", "t-1"), stream_message("gamma", "t-2"), third]
     reply = ModelStreamInferResponse if triton else ModelInferResponse
     answers: list[Any] = []
-    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_inference_port}") as channel:
+    with grpc.insecure_channel(server.grpc_target) as channel:
         call = channel.stream_stream(
             "/inference.GRPCInferenceService/ModelStreamInfer",
             response_deserializer=reply.FromString,
@@ -264,10 +264,8 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp_path_factory.mktemp("stream-triton"), store, "streamer=streamer",
         properties={"oip_grpc_stream_shape": "triton"},
     )  # fmt: skip
-    server.start()
-    yield server
-    server.stop()
-    server.kill()
+    with running(server):
+        yield server
 
 
 @pytest.mark.parametrize("bad", list(BAD_THIRD))

@@ -187,3 +187,10 @@ async def lifespan(receive: Any, send: Any) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def wait_for(check: Callable[[], bool], timeout: float = 10) -> None:
+    """Poll ``check`` until it holds (at most ``timeout`` seconds)."""
+    with trio.fail_after(timeout):
+        while not check():
+            await trio.sleep(0.01)

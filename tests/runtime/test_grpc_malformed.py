@@ -46,7 +46,7 @@ from trioserve.grpc.ordered import answer_in_order
 from trioserve.runtime.dataplane import Dataplane
 from trioserve.server import grpc_listeners
 
-from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version
+from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version, wait_for
 
 # -- every rpc of every registered service ---------------------------------------------
 
@@ -253,12 +253,6 @@ async def run_stream(
         await wait_for(lambda: bool(result))
         nursery.cancel_scope.cancel()
     return sent, result[0], launcher
-
-
-async def wait_for(check: Callable[[], bool]) -> None:
-    with trio.fail_after(10):
-        while not check():
-            await trio.sleep(0.01)
 
 
 def ids(sent: list[Any]) -> list[str]:

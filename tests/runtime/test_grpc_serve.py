@@ -29,7 +29,7 @@ from trioserve.grpc.loop_thread import LoopThread
 from trioserve.grpc.oip import OipRpcs
 from trioserve.runtime.dataplane import Dataplane
 
-from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version
+from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version, wait_for
 
 
 def call_predictions(port: int, body: bytes) -> Any:
@@ -86,12 +86,6 @@ def hold_until(release: trio.Event) -> Callable[..., Any]:
         await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
 
     return behaviour
-
-
-async def wait_for(check: Callable[[], bool]) -> None:
-    with trio.fail_after(5):
-        while not check():
-            await trio.sleep(0.01)
 
 
 async def test_shutdown_refuses_new_calls_and_drains_the_ones_in_flight() -> None:

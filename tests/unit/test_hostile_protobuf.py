@@ -46,6 +46,7 @@ from trioserve.grpc.oip_messages import (
 )
 
 from .hostile import BUDGET, HOSTILE, bound, measure, mutated_bytes, parsed, repeats
+from .test_protowire import varint
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -129,15 +130,6 @@ def infer_requests(draw: st.DrawFn) -> ModelInferRequest:
 
 
 # -- protobuf-level mutations -----------------------------------------------------------------
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 @st.composite
