@@ -302,7 +302,7 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         default_workers_per_model=v.integer("default_workers_per_model", 0, minimum=0),
         job_queue_size=v.integer("job_queue_size", 100, minimum=1),
         max_request_size=v.integer("max_request_size", 6553500, minimum=1),
-        max_response_size=v.integer("max_response_size", 6553500, minimum=1),
+        max_response_size=v.integer("max_response_size", ServerConfig.max_response_size, minimum=1),
         request_limits=RequestLimits(
             **{
                 name: v.integer(name, default, minimum=1)

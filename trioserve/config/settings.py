@@ -48,6 +48,7 @@ from typing import Any, Final
 
 from trioserve.config.addresses import LOOPBACK, Address
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits
+from trioserve.core.messages import DEFAULT_MAX_RESPONSE_SIZE
 
 __all__ = [
     "METRICS_MODES",
@@ -106,7 +107,7 @@ class ServerConfig:
     default_workers_per_model: int = 0
     job_queue_size: int = 100
     max_request_size: int = 6553500
-    max_response_size: int = 6553500
+    max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE
     #: max_request_inputs, max_request_instances, max_request_elements
     request_limits: RequestLimits = DEFAULT_LIMITS
     default_response_timeout: int = 120

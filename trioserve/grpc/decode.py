@@ -113,7 +113,9 @@ class RequestDecoder:
         try:
             return self.message_type.FromString(data)
         except Exception as exc:  # well-formed, yet betterproto2 refused it
-            log.warning("betterproto2 refused a checked %s", self.schema.name, exc_info=exc)
+            # At debug level: each such message is a client's, and clients must not be able
+            # to fill the log; the client gets the reason in its error.
+            log.debug("betterproto2 refused a checked %s", self.schema.name, exc_info=exc)
             raise ServeError(
                 ErrorKind.BAD_INPUT, f"malformed protobuf in {self.schema.name}: {exc}"
             ) from None

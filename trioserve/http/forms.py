@@ -39,7 +39,7 @@ from werkzeug.sansio.multipart import (
     State,
 )
 
-from trioserve.core.errors import ErrorKind, ServeError, bad_request
+from trioserve.core.errors import ErrorKind, ServeError, bad_request, quote
 from trioserve.core.messages import Param
 
 __all__ = ["FORM_TYPES", "MAX_FORM_PARTS", "MULTIPART", "URLENCODED", "parse_form"]
@@ -64,12 +64,6 @@ def parse_form(content_type: str, body: bytes) -> list[Param]:
     if mimetype == MULTIPART:
         return _multipart(options.get("boundary"), body)
     raise ValueError(f"not a form content type: {content_type!r}")
-
-
-def _quote(value: str) -> str:
-    if len(value) <= _QUOTE_LIMIT:
-        return repr(value)
-    return f"{value[:_QUOTE_LIMIT]!r}... ({len(value)} characters)"
 
 
 def _too_many() -> ServeError:
@@ -140,7 +134,8 @@ class _Multipart:
         disposition = parse_options_header(part.headers["content-disposition"])[0]
         if disposition != "form-data":
             raise self._part_error(
-                f"has Content-Disposition {_quote(disposition)}; a form's parts are form-data"
+                f"has Content-Disposition {quote(disposition, _QUOTE_LIMIT)}; "
+                "a form's parts are form-data"
             )
         if part.name is None:
             raise self._part_error("has no name (Content-Disposition: form-data; name=...)")
@@ -170,8 +165,8 @@ class _Multipart:
         state = self.decoder.state
         if state is State.PREAMBLE:
             return bad_request(
-                f"Malformed multipart/form-data body: the delimiter {_quote(delimiter)} of "
-                "the Content-Type's boundary is not in it."
+                "Malformed multipart/form-data body: the delimiter "
+                f"{quote(delimiter, _QUOTE_LIMIT)} of the Content-Type's boundary is not in it."
             )
         if state is State.PART:
             if "Content-Disposition" in str(exc):
@@ -184,14 +179,14 @@ class _Multipart:
                 where = f"part {self.parts}" if self.parts else "its first delimiter"
                 return bad_request(
                     f"Malformed multipart/form-data body: it ends after {where} without the "
-                    f"closing delimiter {_quote(delimiter + '--')}."
+                    f"closing delimiter {quote(delimiter + '--', _QUOTE_LIMIT)}."
                 )
             self.parts += 1
             return self._part_error("has headers that do not end with an empty line")
         # DATA_START, DATA: the body ended inside a part.
         return self._part_error(
             "is not terminated: the body ends before the next delimiter or the closing "
-            + _quote(delimiter + "--")
+            + quote(delimiter + "--", _QUOTE_LIMIT)
         )
 
 
@@ -205,6 +200,7 @@ def _multipart(boundary: str | None, body: bytes) -> list[Param]:
         encoded = boundary.encode("ascii")
     except UnicodeEncodeError:
         raise bad_request(
-            f"Malformed multipart/form-data request: the boundary {_quote(boundary)} is not ASCII."
+            "Malformed multipart/form-data request: the boundary "
+            f"{quote(boundary, _QUOTE_LIMIT)} is not ASCII."
         ) from None
     return _Multipart(encoded).run(body)

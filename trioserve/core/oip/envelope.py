@@ -21,7 +21,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidato
 from pydantic_core import ErrorDetails
 
 from trioserve.core import jsontext
-from trioserve.core.errors import ErrorKind, ServeError, quote
+from trioserve.core.errors import QUOTE_LIMIT, ErrorKind, ServeError, quote
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_inputs, check_outputs
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -136,12 +136,9 @@ def field_path(loc: tuple[int | str, ...]) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            name = part if len(part) <= _KEY_LIMIT else quote(part, _KEY_LIMIT)
+            name = part if len(part) <= QUOTE_LIMIT else quote(part)
             text += f".{name}" if text else name
     return text
-
-
-_KEY_LIMIT = 64
 
 
 def _lower_first(text: str) -> str:

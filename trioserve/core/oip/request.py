@@ -111,7 +111,6 @@ def parse_infer_request(
     except ServeError as exc:
         if header_length is None and "trailing characters" in exc.message:
             exc.message += f" (binary data after the JSON needs the {HEADER_LENGTH_HEADER} header)"
-            exc.args = (exc.message,)
         raise
     check_elements(declared_elements(item.shape for item in envelope.inputs), limits)
     sizes = [_binary_size(item) for item in envelope.inputs]
