@@ -74,8 +74,8 @@ async def answer_in_order(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_requests)
-            try:
-                async with pending_recv:
+            async with pending_recv:
+                try:
                     async for pending in pending_recv:
                         if isinstance(pending, _Unreadable):
                             raise pending.error
@@ -86,13 +86,15 @@ async def answer_in_order(
                             if call is not None:
                                 call.cancel()
                                 live.discard(call)
-            except BaseException:
-                # The stream ends (client gone, deadline, error): its queued requests go now,
-                # not once the reading task has stopped. That takes a crossing to the gRPC
-                # loop's thread, long enough for a worker to start a request queued behind.
-                for call in list(live):
-                    call.cancel()
-                raise
+                except BaseException:
+                    # The stream ends (client gone, deadline, error): its queued requests go
+                    # now, in the same step as the running one, with no checkpoint between
+                    # (closing the channel is one, and so is the reading task's crossing back
+                    # from the gRPC loop's thread): long enough for the worker the running
+                    # one frees to start a request queued behind it.
+                    for call in list(live):
+                        call.cancel()
+                    raise
     except BaseExceptionGroup as group:
         raise single_error(group) from None
     finally:
