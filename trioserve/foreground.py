@@ -35,12 +35,14 @@ def run_until_stopped(
     ready: Callable[[str], None] = report_ready,
     command: str = "trioserve",
 ) -> int:
-    """``trio.run(main, *args)`` as a serving command runs it; returns the exit status:
-    130 on Ctrl-C, 1 when start-up failed (logged, and said to ``ready`` as ``FAILED``)."""
-    import trio
+    """Run ``main(*args)`` in Trio as a serving command runs it, as the guest of an asyncio
+    loop (:mod:`trioserve.asyncio_host`, which gRPC needs to be cheap); returns the exit
+    status: 130 on Ctrl-C, 1 when start-up failed (logged, and said to ``ready`` as
+    ``FAILED``)."""
+    from trioserve import asyncio_host
 
     try:
-        trio.run(main, *args)
+        asyncio_host.run(main, *args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # start-up failed (a port in use, say): say why

@@ -1,8 +1,11 @@
-"""trioserve's gRPC transport: grpclib on an asyncio loop in its own thread.
+"""trioserve's gRPC transport: grpclib on an asyncio loop, bridged to Trio.
 
-grpclib is an asyncio library. :func:`serve_grpc` runs its servers on a plain asyncio loop
-in a thread of its own (:class:`~trioserve.grpc.loop_thread.LoopThread`), started and
-stopped by the caller's nursery, so they start, drain and stop like the HTTP listeners.
+grpclib is an asyncio library. :func:`serve_grpc` runs its servers on the asyncio loop that
+hosts Trio as its guest (how ``trioserve start`` runs: one thread,
+:class:`~trioserve.grpc.guest.GuestPortal`), or, under plain ``trio.run``, on a loop in a
+thread of its own (:class:`~trioserve.grpc.loop_thread.LoopThread`). Either way they are
+started and stopped by the caller's nursery, so they start, drain and stop like the HTTP
+listeners.
 For every call grpclib runs an asyncio handler from this module; the handler decodes the
 request, then crosses into Trio once (``run_trio``) to run the rpc's implementation, which
 is ordinary Trio code (:mod:`trioserve.grpc.inference`, :mod:`trioserve.grpc.management`).
@@ -59,7 +62,9 @@ from trioserve.grpc.calls import (
 )
 from trioserve.grpc.decode import RequestDecoder, request_decoder
 from trioserve.grpc.errors import grpc_code
+from trioserve.grpc.guest import GuestPortal, hosting_loop
 from trioserve.grpc.loop_thread import LoopThread
+from trioserve.grpc.portal import Portal
 from trioserve.grpc.servers import (
     Server,
     close_server,
@@ -160,7 +165,7 @@ class _Bridge:
         self,
         dispatcher: Dispatcher,
         max_request_size: int,
-        portal: LoopThread,
+        portal: Portal,
         limits: RequestLimits = DEFAULT_LIMITS,
     ) -> None:
         self.limits = limits  # what one request may declare: its decoders count before parsing
@@ -277,7 +282,7 @@ async def _send(stream: grpclib.server.Stream[Any, Any], message: Any) -> None:
 
 
 async def _send_from_trio(
-    portal: LoopThread, stream: grpclib.server.Stream[Any, Any], message: Any
+    portal: Portal, stream: grpclib.server.Stream[Any, Any], message: Any
 ) -> None:
     """A stream's ``send`` for the Trio implementation: one crossing per message."""
     await portal.run_aio(_send(stream, message))
@@ -320,7 +325,10 @@ async def serve_grpc(
     """
     gate = Gate()
     async with trio.open_nursery() as nursery:
-        portal: LoopThread = await nursery.start(LoopThread().run)
+        loop = hosting_loop()
+        portal: Portal = await nursery.start(
+            LoopThread().run if loop is None else GuestPortal(loop).run
+        )
         bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal, limits)
         listeners: list[_Listener] = []
         try:

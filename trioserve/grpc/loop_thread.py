@@ -1,11 +1,12 @@
-"""A native asyncio event loop in a thread of its own, and the two ways across to Trio.
+"""The portal for plain ``trio.run``: an asyncio event loop in a thread of its own.
 
 grpclib is an asyncio library. It used to run on a trio-asyncio loop, which drives every
 asyncio callback through Trio's scheduler: about 1.2 ms of server CPU per unary call went
 to that machinery alone (grpclib on a plain asyncio loop costs ~0.75 ms per call for the
 same work on this machine). Here grpclib gets a plain ``asyncio`` loop in a daemon thread,
 and the rpc implementations stay Trio code in Trio's thread. Crossing costs one wake-up of
-the other side per direction:
+the other side per direction (the :class:`~trioserve.grpc.guest.GuestPortal`, used when
+Trio runs as the loop's guest, avoids both):
 
 - :meth:`LoopThread.run_trio` (asyncio side): run a Trio async function as a task of the
   portal's nursery and await its outcome. Cancelling the awaiting asyncio task (grpclib does
@@ -13,8 +14,8 @@ the other side per direction:
 - :meth:`LoopThread.run_aio` (Trio side): run a coroutine on the loop and await its result.
   A Trio cancellation cancels the coroutine.
 
-The two threads share the GIL; what they gain is the trio-asyncio layer they no longer pay.
-Only this module and :mod:`trioserve.grpc.bridge` import asyncio.
+The two threads share the GIL, and contend for it under load: about 80-120 µs per unary
+call more than the guest portal (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -29,24 +30,11 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
+from trioserve.grpc.portal import TrioCall, settle
+
 T = TypeVar("T")
 
 THREAD_NAME = "trioserve-grpc-loop"
-
-
-class _TrioCall:
-    """One Trio task started from the asyncio side: its scope, once it runs."""
-
-    __slots__ = ("cancelled", "scope")
-
-    def __init__(self) -> None:
-        self.scope: trio.CancelScope | None = None
-        self.cancelled = False
-
-    def cancel(self) -> None:  # in Trio's thread
-        self.cancelled = True
-        if self.scope is not None:
-            self.scope.cancel()
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -57,11 +45,6 @@ def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         loop.close()
-
-
-def _settle(future: asyncio.Future[outcome.Outcome[Any]], result: outcome.Outcome[Any]) -> None:
-    if not future.done():
-        future.set_result(result)
 
 
 class LoopThread:
@@ -112,30 +95,18 @@ class LoopThread:
             raise RuntimeError("the Trio side has stopped")
         loop = asyncio.get_running_loop()
         done: asyncio.Future[outcome.Outcome[T]] = loop.create_future()
-        call = _TrioCall()
+        call = TrioCall()
 
-        async def runner() -> None:
-            result: outcome.Outcome[Any] = outcome.Error(asyncio.CancelledError())
-            try:
-                with trio.CancelScope() as scope:
-                    call.scope = scope
-                    if call.cancelled:
-                        scope.cancel()
-                    result = outcome.Value(await fn(*args))
-            except Exception as exc:
-                result = outcome.Error(exc)
-            finally:
-                with contextlib.suppress(RuntimeError):  # the loop is already closed
-                    loop.call_soon_threadsafe(_settle, done, result)
+        def settle_there(result: outcome.Outcome[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(settle, done, result)
 
         def spawn() -> None:
             nursery = self._nursery
             if nursery is None:
-                loop.call_soon_threadsafe(
-                    _settle, done, outcome.Error(RuntimeError("the Trio side has stopped"))
-                )
+                settle_there(outcome.Error(RuntimeError("the Trio side has stopped")))
             else:
-                nursery.start_soon(runner)
+                nursery.start_soon(call.run, fn, args, settle_there)
 
         token.run_sync_soon(spawn)
         try:

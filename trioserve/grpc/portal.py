@@ -1,0 +1,79 @@
+"""How the gRPC bridge crosses between grpclib's asyncio loop and Trio: the :class:`Portal`.
+
+Two portals exist, chosen by how the process runs Trio:
+
+- :class:`~trioserve.grpc.guest.GuestPortal`: Trio is a guest of the asyncio loop
+  (``trio.lowlevel.start_guest_run``, how ``trioserve start`` runs the server, see
+  :mod:`trioserve.asyncio_host`), so both run on one thread. Crossing is a callback on that
+  thread; wake-ups of Trio are coalesced, one per burst of calls.
+- :class:`~trioserve.grpc.loop_thread.LoopThread`: plain ``trio.run`` (tests, embedding):
+  grpclib's loop runs in a thread of its own and each crossing wakes the other thread.
+
+Both give the bridge the same two operations: ``run_trio`` (asyncio side: run a Trio async
+function as a task of the portal's nursery and await its outcome; cancelling the awaiting
+asyncio task cancels the Trio task) and ``run_aio`` (Trio side: run a coroutine on the loop;
+a Trio cancellation cancels it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol, TypeVar
+
+import outcome
+import trio
+
+T = TypeVar("T")
+
+
+class Portal(Protocol):
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    async def run_trio(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T: ...
+
+    async def run_aio(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+
+class TrioCall:
+    """One Trio task started from the asyncio side: its scope, once it runs."""
+
+    __slots__ = ("cancelled", "scope")
+
+    def __init__(self) -> None:
+        self.scope: trio.CancelScope | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:  # in Trio
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
+
+    async def run(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        args: tuple[Any, ...],
+        settle: Callable[[outcome.Outcome[Any]], None],
+    ) -> None:
+        """Run ``fn(*args)`` in this call's scope and hand its outcome to ``settle``; a
+        cancelled call settles as asyncio's ``CancelledError``."""
+        result: outcome.Outcome[Any] = outcome.Error(asyncio.CancelledError())
+        try:
+            with trio.CancelScope() as scope:
+                self.scope = scope
+                if self.cancelled:
+                    scope.cancel()
+                result = outcome.Value(await fn(*args))
+        except Exception as exc:
+            result = outcome.Error(exc)
+        finally:
+            settle(result)
+
+
+def settle(future: asyncio.Future[outcome.Outcome[Any]], result: outcome.Outcome[Any]) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+__all__ = ["Portal", "TrioCall", "settle"]
