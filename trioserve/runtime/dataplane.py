@@ -28,7 +28,7 @@ every request's input count (form fields and gRPC ``input`` entries too).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Protocol
 
@@ -183,6 +183,25 @@ class Call:
     def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
         """Each reply with its ``final`` flag, the final one last."""
         return each_reply(self.next_reply)
+
+    def poll_reply(self) -> tuple[Reply, bool] | None:
+        """:meth:`next_reply` without waiting (None: nothing yet) and without the deadline,
+        which the caller enforces; :meth:`when_ready` says when to poll again."""
+        try:
+            item = self._job.poll()
+        except ServeError as error:
+            self._decide(outcome_of_error(error))
+            raise
+        if item is not None:
+            reply, final = item
+            self._decide(Outcome.of_status(reply.status))
+            if final:
+                self._finished()
+        return item
+
+    def when_ready(self, wake: Callable[[], object]) -> None:
+        """Call ``wake()`` once, in Trio, when :meth:`poll_reply` has news."""
+        self._job.when_ready(wake)
 
     def cancel(self) -> None:
         """The adapter no longer wants the answer. Safe to call in any state, repeatedly."""

@@ -21,6 +21,15 @@ from trioserve.core.messages import Reply
 from trioserve.core.request import InferenceRequest
 
 
+class _Wake:
+    """A job's waiter that calls a function instead of waking a task."""
+
+    __slots__ = ("set",)
+
+    def __init__(self, wake: Callable[[], object]) -> None:
+        self.set = wake
+
+
 class JobState(enum.Enum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -56,7 +65,8 @@ class Job:
         # Replies not yet read. Unbounded: a worker never blocks on a slow client; what one
         # job holds is bounded by what its handler sends.
         self._items: deque[tuple[Reply, bool] | ServeError] = deque()
-        self._waiter: trio.Event | None = None  # set when an item arrives or the job ends
+        # Set when an item arrives or the job ends.
+        self._waiter: trio.Event | _Wake | None = None
         self._ended = False  # no more items will come
         self._closed = False  # the adapter is gone: items are dropped
         self._remove: Callable[[Job], None] | None = None
@@ -156,15 +166,21 @@ class Job:
         """The next reply with its ``final`` flag; raises the job's error if it failed,
         ``trio.EndOfChannel`` after the final one and ``trio.ClosedResourceError`` once the
         adapter has cancelled the job."""
-        while not self._items:
-            if self._closed:
-                raise trio.ClosedResourceError("the job was cancelled")
-            if self._ended:
-                raise trio.EndOfChannel
+        while True:
+            item = self.poll()
+            if item is not None:
+                return item
             waiter = self._waiter = trio.Event()
             await waiter.wait()
+
+    def poll(self) -> tuple[Reply, bool] | None:
+        """:meth:`next_reply` without waiting: None when no reply has arrived yet."""
         if self._closed:
             raise trio.ClosedResourceError("the job was cancelled")
+        if not self._items:
+            if self._ended:
+                raise trio.EndOfChannel
+            return None
         item = self._items.popleft()
         if isinstance(item, ServeError):
             raise item
@@ -175,6 +191,11 @@ class Job:
     def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
         """Each reply with its ``final`` flag; raises the job's error if it failed."""
         return each_reply(self.next_reply)
+
+    def when_ready(self, wake: Callable[[], object]) -> None:
+        """Call ``wake()`` (once, in Trio) when :meth:`poll` has something new to say: a
+        reply, the end or the cancellation. For adapters that wait without a Trio task."""
+        self._waiter = _Wake(wake)
 
     def cancel(self) -> None:
         """The adapter no longer wants the answer. Safe to call in any state."""
