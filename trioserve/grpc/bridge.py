@@ -230,7 +230,10 @@ class _Bridge:
             request = await self._recv(stream, decode)
             if request is None:
                 raise missing_message()
-            reply = await portal.run_trio(dispatcher.unary, method, request, context)
+            if method.start is not None and context.timeout is None:
+                reply = await portal.start_trio(dispatcher.start_unary, method, request, context)
+            else:
+                reply = await portal.run_trio(dispatcher.unary, method, request, context)
             await stream.send_message(reply)
         elif isinstance(method, ServerStreaming):
             request = await self._recv(stream, decode)

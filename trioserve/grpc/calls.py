@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+import outcome
 import trio
 
 from trioserve.auth import KeyKind, TokenStore, bearer
@@ -53,9 +55,20 @@ class RpcContext:
         return bearer(self.metadata)
 
 
+# A unary rpc's outcome, told once, in Trio.
+Settle = Callable[[outcome.Outcome[Any]], None]
+
+
 @dataclass(frozen=True, slots=True)
 class Unary(Generic[Req, Resp]):
+    """A unary rpc: ``func`` answers it in a Trio task of its own. ``start``, when given,
+    answers the same call without one: called synchronously in Trio with the request, the
+    context and a ``settle`` callable, it begins the work and returns a function that
+    cancels it; the reply (or the ServeError) goes to ``settle``, once. The bridge uses it
+    for calls without a deadline (deadlines need a task's cancel scope), saving the task."""
+
     func: Callable[[Req, RpcContext], Awaitable[Resp]]
+    start: Callable[[Req, RpcContext, Settle], Callable[[], None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +135,7 @@ class Gate:
     def __init__(self) -> None:
         self.closed = False
         self._scopes: set[trio.CancelScope] = set()
+        self._aborts: set[Callable[[], None]] = set()
 
     async def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``await fn(*args)`` as one call; refused (UNAVAILABLE) once draining. A call
@@ -139,6 +153,14 @@ class Gate:
             self._scopes.discard(scope)
         raise aborted_by_shutdown()  # only reached when the scope caught abort_all's cancel
 
+    def admit(self, abort: Callable[[], None]) -> Callable[[], None]:
+        """Admit a call that runs without a task (refused once draining); :meth:`abort_all`
+        calls ``abort``. Returns what the call calls when it ends."""
+        if self.closed:
+            raise errors.shutting_down()
+        self._aborts.add(abort)
+        return partial(self._aborts.discard, abort)
+
     def close(self) -> None:
         """Refuse new calls from now on."""
         self.closed = True
@@ -146,6 +168,8 @@ class Gate:
     def abort_all(self) -> None:
         for scope in self._scopes:
             scope.cancel()
+        for abort in list(self._aborts):
+            abort()
 
 
 class Dispatcher:
@@ -172,6 +196,41 @@ class Dispatcher:
 
     async def unary(self, method: Unary[Any, Any], request: Any, context: RpcContext) -> Any:
         return await self._run(method.func, request, context.on_trio_clock())
+
+    def start_unary(
+        self, method: Unary[Any, Any], request: Any, context: RpcContext, settle: Settle
+    ) -> Callable[[], None]:
+        """:meth:`unary` without a task, for ``method.start`` (a :data:`~portal.Start`):
+        admitted by the gate, errors shaped the same way. Returns the call's cancel."""
+        assert method.start is not None
+        ended = False
+
+        def end(result: outcome.Outcome[Any]) -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            leave()
+            if isinstance(result, outcome.Error):
+                error = result.error
+                if isinstance(error, Exception) and not isinstance(error, ServeError):
+                    result = outcome.Error(unexpected(error))
+            settle(result)
+
+        def stop(reason: BaseException) -> None:
+            end(outcome.Error(reason))  # first, so that the cancel's wake-up finds it ended
+            cancel()
+
+        leave = self.gate.admit(lambda: stop(aborted_by_shutdown()))
+        try:
+            cancel = method.start(request, context, end)
+        except ServeError:
+            leave()
+            raise
+        except Exception as exc:
+            leave()
+            raise unexpected(exc) from exc
+        return lambda: stop(client_went_away())
 
     async def server_streaming(
         self,

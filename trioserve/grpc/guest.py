@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from trioserve.grpc.portal import TrioCall, settle
+from trioserve.grpc.portal import Start, TrioCall, settle
 
 T = TypeVar("T")
 
@@ -94,6 +94,31 @@ async def _finish(coro: Coroutine[Any, Any, T], pending: Any) -> T:
     return result
 
 
+class _Started:
+    """Work begun by :meth:`GuestPortal.start_trio`, and the way to cancel it."""
+
+    __slots__ = ("_cancel", "_cancelled")
+
+    def __init__(self) -> None:
+        self._cancel: Callable[[], None] | None = None
+        self._cancelled = False
+
+    def start(
+        self, start: Start, args: tuple[Any, ...], done: asyncio.Future[outcome.Outcome[Any]]
+    ) -> None:  # in Trio
+        if self._cancelled:
+            return
+        try:
+            self._cancel = start(*args, lambda result: settle(done, result))
+        except Exception as exc:
+            settle(done, outcome.Error(exc))
+
+    def cancel(self) -> None:  # in Trio
+        self._cancelled = True
+        if self._cancel is not None:
+            self._cancel()
+
+
 class GuestPortal:
     """Crossings between grpclib's loop and Trio on one thread, while :meth:`run` runs."""
 
@@ -153,6 +178,26 @@ class GuestPortal:
             settle(done, outcome.Error(RuntimeError("the Trio side has stopped")))
         else:
             nursery.start_soon(call.run, fn, args, lambda result: settle(done, result))
+
+    async def start_trio(self, start: Start, *args: Any) -> Any:
+        """Called by an asyncio task: ``start(*args, settle)`` in a Trio callback (no task),
+        its outcome here; cancelling the awaiting task calls the cancel it returned."""
+        inbox = self._inbox
+        if inbox is None:
+            raise RuntimeError("the Trio side has stopped")
+        done: asyncio.Future[outcome.Outcome[Any]] = self._loop.create_future()
+        started = _Started()
+        try:
+            inbox.post(started.start, start, args, done)
+        except trio.RunFinishedError:
+            raise RuntimeError("the Trio side has stopped") from None
+        try:
+            result = await done
+        except asyncio.CancelledError:
+            with contextlib.suppress(trio.RunFinishedError):
+                inbox.post(started.cancel)
+            raise
+        return result.unwrap()
 
     # -- Trio side ----------------------------------------------------------------------------
 

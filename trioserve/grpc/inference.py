@@ -10,9 +10,11 @@ becomes the request's deadline, honoured while it waits in the queue.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
+
+import outcome
 
 from trioserve._proto.google.protobuf import Any as AnyMessage
 from trioserve._proto.google.protobuf import Empty
@@ -35,6 +37,7 @@ from trioserve.grpc.calls import (
     RpcContext,
     Send,
     ServerStreaming,
+    Settle,
     Unary,
 )
 from trioserve.grpc.errors import grpc_code
@@ -117,7 +120,7 @@ class InferenceRpcs:
     def methods(self) -> dict[str, Method]:
         return {
             "Ping": Unary(self.ping),
-            "Predictions": Unary(self.predictions),
+            "Predictions": Unary(self.predictions, self.start_predictions),
             "StreamPredictions": ServerStreaming(self.stream_predictions),
             "StreamPredictions2": BidiStreaming(self.stream_predictions2),
         }
@@ -154,6 +157,31 @@ class InferenceRpcs:
                 reply, final = await call.next_reply()
                 parts.append(bytes(reply.body))
         return PredictionResponse(prediction=b"".join(parts))
+
+    def start_predictions(
+        self, request: PredictionsRequest, context: RpcContext, settle: Settle
+    ) -> Callable[[], None]:
+        """:meth:`predictions` without a task: the replies are collected as they arrive."""
+        call = self._submit(request, context)
+        parts: list[bytes] = []
+
+        def collect() -> None:
+            # In Trio: now, then whenever the job has news, from inside the job's delivery
+            # (so nothing here may act on the job: a final reply or an error ends it anyway).
+            try:
+                while (item := call.poll_reply()) is not None:
+                    reply, final = item
+                    parts.append(bytes(reply.body))
+                    if final:
+                        settle(outcome.Value(PredictionResponse(prediction=b"".join(parts))))
+                        return
+            except Exception as exc:
+                settle(outcome.Error(exc))
+                return
+            call.when_ready(collect)
+
+        collect()
+        return call.cancel
 
     async def stream_predictions(
         self,

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from trioserve.grpc.portal import TrioCall, settle
+from trioserve.grpc.portal import Start, TrioCall, run_started, settle
 
 T = TypeVar("T")
 
@@ -116,6 +116,11 @@ class LoopThread:
                 token.run_sync_soon(call.cancel)
             raise
         return result.unwrap()
+
+    async def start_trio(self, start: Start, *args: Any) -> Any:
+        """Called in the loop thread: ``start(*args, settle)`` in Trio (from a task here),
+        its outcome here."""
+        return await self.run_trio(run_started, start, *args)
 
     # -- Trio side ----------------------------------------------------------------------------
 

@@ -9,10 +9,12 @@ Two portals exist, chosen by how the process runs Trio:
 - :class:`~trioserve.grpc.loop_thread.LoopThread`: plain ``trio.run`` (tests, embedding):
   grpclib's loop runs in a thread of its own and each crossing wakes the other thread.
 
-Both give the bridge the same two operations: ``run_trio`` (asyncio side: run a Trio async
+Both give the bridge the same operations: ``run_trio`` (asyncio side: run a Trio async
 function as a task of the portal's nursery and await its outcome; cancelling the awaiting
-asyncio task cancels the Trio task) and ``run_aio`` (Trio side: run a coroutine on the loop;
-a Trio cancellation cancels it).
+asyncio task cancels the Trio task), ``start_trio`` (asyncio side: the same for work that
+needs no task of its own, a :data:`Start`: the guest portal runs it in a callback, which
+saves a unary call the task, its cancel scopes and their scheduling) and ``run_aio`` (Trio
+side: run a coroutine on the loop; a Trio cancellation cancels it).
 """
 
 from __future__ import annotations
@@ -27,11 +29,20 @@ import trio
 T = TypeVar("T")
 
 
+# A call's outcome, told once, in Trio.
+Settle = Callable[[outcome.Outcome[Any]], None]
+# Starts work in Trio without a task of its own: ``start(*args, settle)`` runs synchronously
+# in Trio and returns a function that cancels the work; ``settle`` gets its outcome.
+Start = Callable[..., Callable[[], None]]
+
+
 class Portal(Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
     async def run_trio(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T: ...
+
+    async def start_trio(self, start: Start, *args: Any) -> Any: ...
 
     async def run_aio(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
@@ -71,9 +82,31 @@ class TrioCall:
             settle(result)
 
 
+async def run_started(start: Start, *args: Any) -> Any:
+    """``start(*args, settle)`` awaited from a Trio task (how a portal without a cheaper way
+    runs a :data:`Start`); a cancellation of the task cancels the work."""
+    result: outcome.Outcome[Any] | None = None
+    finished = trio.Event()
+
+    def settle_here(value: outcome.Outcome[Any]) -> None:
+        nonlocal result
+        if result is None:
+            result = value
+            finished.set()
+
+    cancel = start(*args, settle_here)
+    try:
+        await finished.wait()
+    finally:
+        if result is None:
+            cancel()
+    assert result is not None
+    return result.unwrap()
+
+
 def settle(future: asyncio.Future[outcome.Outcome[Any]], result: outcome.Outcome[Any]) -> None:
     if not future.done():
         future.set_result(result)
 
 
-__all__ = ["Portal", "TrioCall", "settle"]
+__all__ = ["Portal", "Settle", "Start", "TrioCall", "run_started", "settle"]
