@@ -13,6 +13,7 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from trioserve import asyncio_host
 from trioserve._proto.inference import GrpcInferenceServiceBase
 from trioserve._proto.org.pytorch.serve.grpc.inference import (
     InferenceApIsServiceBase,
@@ -31,14 +32,18 @@ from trioserve.runtime.dataplane import Dataplane
 
 from .fakes import FakeLauncher, FakeProcess, OneModelManager, model_version, wait_for
 
+# A call with a deadline runs as a Trio task; one without is answered from callbacks
+# (Unary.start). Both must drain, abort and cancel alike.
+TIMEOUTS = [pytest.param(10.0, id="deadline"), pytest.param(None, id="no-deadline")]
 
-def call_predictions(port: int, body: bytes) -> Any:
+
+def call_predictions(port: int, body: bytes, timeout: float | None = 10) -> Any:
     """One Predictions call from a plain asyncio client (run in a thread)."""
 
     async def call() -> Any:
         channel = Channel("127.0.0.1", port)
         try:
-            stub = InferenceApIsServiceStub(channel, timeout=10)
+            stub = InferenceApIsServiceStub(channel, timeout=timeout)
             return await stub.predictions(PredictionsRequest(model_name="m", input={"data": body}))
         except (GRPCError, StreamTerminatedError, ConnectionError) as error:
             return error
@@ -88,20 +93,20 @@ def hold_until(release: trio.Event) -> Callable[..., Any]:
     return behaviour
 
 
-async def test_shutdown_refuses_new_calls_and_drains_the_ones_in_flight() -> None:
+async def shutdown_drains(timeout: float | None) -> None:
     release = trio.Event()
     results: list[Any] = []
     async with trio.open_nursery() as nursery:
         launcher, shutdown, port, stopped = await serving(nursery, hold_until(release))
 
         async def in_flight() -> None:
-            results.append(await trio.to_thread.run_sync(call_predictions, port, b"a"))
+            results.append(await trio.to_thread.run_sync(call_predictions, port, b"a", timeout))
 
         nursery.start_soon(in_flight)
         await wait_for(lambda: len(launcher.batches) == 1)
         shutdown.set()
         await trio.testing.wait_all_tasks_blocked()
-        refused = await trio.to_thread.run_sync(call_predictions, port, b"b")
+        refused = await trio.to_thread.run_sync(call_predictions, port, b"b", timeout)
         assert isinstance(refused, GRPCError) and refused.status is Status.UNAVAILABLE
         assert "shutting down" in (refused.message or "")
         assert not stopped.is_set()
@@ -114,7 +119,7 @@ async def test_shutdown_refuses_new_calls_and_drains_the_ones_in_flight() -> Non
     assert launcher.processes[0].cancelled == []
 
 
-async def test_drain_timeout_cancels_the_calls_left_and_their_jobs() -> None:
+async def drain_timeout_cancels(timeout: float | None) -> None:
     release = trio.Event()
     results: list[Any] = []
     async with trio.open_nursery() as nursery:
@@ -123,7 +128,7 @@ async def test_drain_timeout_cancels_the_calls_left_and_their_jobs() -> None:
         )
 
         async def in_flight() -> None:
-            results.append(await trio.to_thread.run_sync(call_predictions, port, b"a"))
+            results.append(await trio.to_thread.run_sync(call_predictions, port, b"a", timeout))
 
         nursery.start_soon(in_flight)
         await wait_for(lambda: len(launcher.batches) == 1)
@@ -138,6 +143,64 @@ async def test_drain_timeout_cancels_the_calls_left_and_their_jobs() -> None:
     # the client got a clear status, not a dropped connection
     assert isinstance(results[0], GRPCError) and results[0].status is Status.UNAVAILABLE
     assert "shut down before this call finished" in (results[0].message or "")
+
+
+async def client_reset_cancels(timeout: float | None) -> None:
+    """A client that goes away mid-call (its channel closed) cancels the call's job."""
+    release = trio.Event()
+    async with trio.open_nursery() as nursery:
+        launcher, shutdown, port, _stopped = await serving(nursery, hold_until(release))
+
+        async def leave_early() -> None:
+            async def call() -> None:
+                channel = Channel("127.0.0.1", port)
+                stub = InferenceApIsServiceStub(channel, timeout=timeout)
+                request = PredictionsRequest(model_name="m", input={"data": b"a"})
+                task = asyncio.ensure_future(stub.predictions(request))
+                while not launcher.batches:
+                    await asyncio.sleep(0.01)
+                channel.close()
+                with pytest.raises((StreamTerminatedError, ConnectionError, GRPCError)):
+                    await task
+
+            await trio.to_thread.run_sync(lambda: asyncio.run(call()))
+
+        nursery.start_soon(leave_early)
+        cancelled = launcher.processes[0].cancelled
+        await wait_for(lambda: bool(launcher.batches) and cancelled == launcher.batches[0])
+        release.set()
+        shutdown.set()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("timeout", TIMEOUTS)
+async def test_shutdown_refuses_new_calls_and_drains_the_ones_in_flight(
+    timeout: float | None,
+) -> None:
+    await shutdown_drains(timeout)
+
+
+@pytest.mark.parametrize("timeout", TIMEOUTS)
+async def test_drain_timeout_cancels_the_calls_left_and_their_jobs(timeout: float | None) -> None:
+    await drain_timeout_cancels(timeout)
+
+
+@pytest.mark.parametrize("timeout", TIMEOUTS)
+async def test_a_client_that_leaves_cancels_its_job(timeout: float | None) -> None:
+    await client_reset_cancels(timeout)
+
+
+# The same, as ``trioserve start`` runs the server: Trio a guest of grpclib's asyncio loop,
+# one thread (the GuestPortal), rather than grpclib's loop in a thread of its own.
+GUEST_CASES = [shutdown_drains, drain_timeout_cancels, client_reset_cancels]
+
+
+@pytest.mark.parametrize("case", GUEST_CASES, ids=lambda case: case.__name__)
+@pytest.mark.parametrize("timeout", TIMEOUTS)
+def test_as_the_guest_of_an_asyncio_loop(
+    case: Callable[[float | None], Any], timeout: float | None
+) -> None:
+    asyncio_host.run(case, timeout)
 
 
 def call_stream2(port: int, bodies: list[bytes]) -> Any:
