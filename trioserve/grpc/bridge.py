@@ -332,6 +332,10 @@ async def serve_grpc(
         portal: Portal = await nursery.start(
             LoopThread().run if loop is None else GuestPortal(loop).run
         )
+        log.info(
+            "gRPC: grpclib runs on %s",
+            "a loop thread" if loop is None else "the asyncio loop Trio is a guest of",
+        )
         bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal, limits)
         listeners: list[_Listener] = []
         try:

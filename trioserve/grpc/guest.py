@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from trioserve.grpc.portal import Start, TrioCall, settle
+from trioserve.grpc.portal import Start, Started, TrioCall, settle
 
 T = TypeVar("T")
 
@@ -92,31 +92,6 @@ class _Resume:
 async def _finish(coro: Coroutine[Any, Any, T], pending: Any) -> T:
     result: T = await _Resume(coro, pending)
     return result
-
-
-class _Started:
-    """Work begun by :meth:`GuestPortal.start_trio`, and the way to cancel it."""
-
-    __slots__ = ("_cancel", "_cancelled")
-
-    def __init__(self) -> None:
-        self._cancel: Callable[[], None] | None = None
-        self._cancelled = False
-
-    def start(
-        self, start: Start, args: tuple[Any, ...], done: asyncio.Future[outcome.Outcome[Any]]
-    ) -> None:  # in Trio
-        if self._cancelled:
-            return
-        try:
-            self._cancel = start(*args, lambda result: settle(done, result))
-        except Exception as exc:
-            settle(done, outcome.Error(exc))
-
-    def cancel(self) -> None:  # in Trio
-        self._cancelled = True
-        if self._cancel is not None:
-            self._cancel()
 
 
 class GuestPortal:
@@ -186,9 +161,9 @@ class GuestPortal:
         if inbox is None:
             raise RuntimeError("the Trio side has stopped")
         done: asyncio.Future[outcome.Outcome[Any]] = self._loop.create_future()
-        started = _Started()
+        started = Started()
         try:
-            inbox.post(started.start, start, args, done)
+            inbox.post(started.start, start, args, lambda result: settle(done, result))
         except trio.RunFinishedError:
             raise RuntimeError("the Trio side has stopped") from None
         try:

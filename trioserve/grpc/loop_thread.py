@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from trioserve.grpc.portal import Start, TrioCall, run_started, settle
+from trioserve.grpc.portal import Start, Started, TrioCall, settle
 
 T = TypeVar("T")
 
@@ -118,9 +118,30 @@ class LoopThread:
         return result.unwrap()
 
     async def start_trio(self, start: Start, *args: Any) -> Any:
-        """Called in the loop thread: ``start(*args, settle)`` in Trio (from a task here),
-        its outcome here."""
-        return await self.run_trio(run_started, start, *args)
+        """Called in the loop thread: ``start(*args, settle)`` in a Trio callback (no task),
+        its outcome here; cancelling the awaiting task calls the cancel it returned."""
+        token = self._token
+        if token is None:
+            raise RuntimeError("the Trio side has stopped")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[outcome.Outcome[Any]] = loop.create_future()
+        started = Started()
+
+        def settle_there(result: outcome.Outcome[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                loop.call_soon_threadsafe(settle, done, result)
+
+        try:
+            token.run_sync_soon(started.start, start, args, settle_there)
+        except trio.RunFinishedError:
+            raise RuntimeError("the Trio side has stopped") from None
+        try:
+            result = await done
+        except asyncio.CancelledError:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(started.cancel)
+            raise
+        return result.unwrap()
 
     # -- Trio side ----------------------------------------------------------------------------
 

@@ -12,8 +12,8 @@ Two portals exist, chosen by how the process runs Trio:
 Both give the bridge the same operations: ``run_trio`` (asyncio side: run a Trio async
 function as a task of the portal's nursery and await its outcome; cancelling the awaiting
 asyncio task cancels the Trio task), ``start_trio`` (asyncio side: the same for work that
-needs no task of its own, a :data:`Start`: the guest portal runs it in a callback, which
-saves a unary call the task, its cancel scopes and their scheduling) and ``run_aio`` (Trio
+needs no task of its own, a :data:`Start`, run in a Trio callback, which saves a unary call
+the task, its cancel scopes and their scheduling) and ``run_aio`` (Trio
 side: run a coroutine on the loop; a Trio cancellation cancels it).
 """
 
@@ -82,26 +82,27 @@ class TrioCall:
             settle(result)
 
 
-async def run_started(start: Start, *args: Any) -> Any:
-    """``start(*args, settle)`` awaited from a Trio task (how a portal without a cheaper way
-    runs a :data:`Start`); a cancellation of the task cancels the work."""
-    result: outcome.Outcome[Any] | None = None
-    finished = trio.Event()
+class Started:
+    """Work begun by a portal's ``start_trio`` without a task, and the way to cancel it."""
 
-    def settle_here(value: outcome.Outcome[Any]) -> None:
-        nonlocal result
-        if result is None:
-            result = value
-            finished.set()
+    __slots__ = ("_cancel", "_cancelled")
 
-    cancel = start(*args, settle_here)
-    try:
-        await finished.wait()
-    finally:
-        if result is None:
-            cancel()
-    assert result is not None
-    return result.unwrap()
+    def __init__(self) -> None:
+        self._cancel: Callable[[], None] | None = None
+        self._cancelled = False
+
+    def start(self, start: Start, args: tuple[Any, ...], tell: Settle) -> None:  # in Trio
+        if self._cancelled:
+            return
+        try:
+            self._cancel = start(*args, tell)
+        except Exception as exc:
+            tell(outcome.Error(exc))
+
+    def cancel(self) -> None:  # in Trio
+        self._cancelled = True
+        if self._cancel is not None:
+            self._cancel()
 
 
 def settle(future: asyncio.Future[outcome.Outcome[Any]], result: outcome.Outcome[Any]) -> None:
@@ -109,4 +110,4 @@ def settle(future: asyncio.Future[outcome.Outcome[Any]], result: outcome.Outcome
         future.set_result(result)
 
 
-__all__ = ["Portal", "Settle", "Start", "TrioCall", "run_started", "settle"]
+__all__ = ["Portal", "Settle", "Start", "Started", "TrioCall", "settle"]
