@@ -49,7 +49,7 @@ def server(
     ) as started:
         guest = request.param == "true"
         hosted = "the asyncio loop Trio is a guest of" if guest else "a loop thread"
-        assert f"gRPC: grpclib runs on {hosted}" in started.log()
+        assert f"gRPC: grpclib runs on {hosted}" in started.log
         yield started
 
 
