@@ -87,9 +87,12 @@ class Frames:
         self.changed = threading.Condition()
 
     def send(self, data: bytes) -> None:
-        (frame,) = FrameDecoder(1 << 30).feed(data)
+        # Whole frames, one or more: the frames of one turn of the model loop are written
+        # together.
+        frames = FrameDecoder(1 << 30).feed(data)
+        assert frames
         with self.changed:
-            self.replies.append(decode_reply(frame))
+            self.replies.extend(decode_reply(frame) for frame in frames)
             self.changed.notify_all()
 
     def wait(self, predicate: Callable[[list[BatchReply]], bool]) -> list[BatchReply]:

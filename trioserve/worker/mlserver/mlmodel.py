@@ -11,8 +11,9 @@ concurrently; the trio thread only hands work over (:meth:`MLModelRunner.submit`
 :meth:`cancel`, :meth:`feed`, :meth:`ack`) and the loop writes the answers itself. A
 request is unary (``predict``) or, marked with ``STREAM_HEADER``, a stream: the model's
 ``predict_stream`` gets an async iterator of requests (the first one, then each
-STREAM_INPUT of a streamed input until its end) and every response it yields goes out at
-once as an intermediate reply; the final reply only marks the end (``END_HEADER``), or
+STREAM_INPUT of a streamed input until its end) and every response it yields goes out as an
+intermediate reply at the end of the loop's turn (with the other frames of that turn, in one
+write); the final reply only marks the end (``END_HEADER``), or
 carries the error the generator raised. A model that does not override ``predict_stream``
 answers each input of a stream with ``predict``. A CANCEL cancels the request's task and
 closes the generator (its ``finally`` runs). At most :data:`STREAM_WINDOW` intermediate
@@ -86,6 +87,8 @@ class MLModelRunner:
         self._running: set[asyncio.Task[None]] = set()
         self._streams: dict[str, _Stream] = {}
         self._batches = 0  # batches not answered yet
+        # Frames written on this turn of the loop, sent together once it ends (see _write).
+        self._unsent: list[bytes] = []
         self._idle = threading.Event()
         self._idle.set()
         self.overrides_stream = _overrides(model, "predict_stream")
@@ -176,6 +179,7 @@ class MLModelRunner:
             self._write(
                 self._encode(BatchReply(batch_id, 200, "Prediction success", replies, True))
             )
+            self._flush()  # the batch is answered before it counts as done
         finally:
             self._batches -= 1
             if self._batches == 0:
@@ -305,7 +309,17 @@ class MLModelRunner:
                 stream.window.release()
 
     def _write(self, frame: bytes) -> None:
-        self._send(frame)
+        """Send ``frame`` once this turn of the loop ends, with every other frame written
+        on it: the streams that ran on one turn (a stream runs on until its window is full
+        or its generator waits) share one system call, and the server one read."""
+        if not self._unsent:
+            self._loop.call_soon(self._flush)
+        self._unsent.append(frame)
+
+    def _flush(self) -> None:
+        if self._unsent:
+            frames, self._unsent = self._unsent, []
+            self._send(frames[0] if len(frames) == 1 else b"".join(frames))
 
     @property
     def _name(self) -> str:
