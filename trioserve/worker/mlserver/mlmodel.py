@@ -45,6 +45,7 @@ from trioserve.worker.mlserver.mlmodel_io import (
     merged_request,
     split_replies,
 )
+from trioserve.worker.mlserver.outbox import Outbox
 from trioserve.worker.responses import FrameLimit
 
 log = logging.getLogger("trioserve.worker")
@@ -87,8 +88,9 @@ class MLModelRunner:
         self._running: set[asyncio.Task[None]] = set()
         self._streams: dict[str, _Stream] = {}
         self._batches = 0  # batches not answered yet
-        # Frames written on this turn of the loop, sent together once it ends (see _write).
-        self._unsent: list[bytes] = []
+        # What this turn of the loop writes goes out together once the turn ends.
+        self._outbox = Outbox(self._loop, send, encode)
+        self._write = self._outbox.write
         self._idle = threading.Event()
         self._idle.set()
         self.overrides_stream = _overrides(model, "predict_stream")
@@ -179,7 +181,7 @@ class MLModelRunner:
             self._write(
                 self._encode(BatchReply(batch_id, 200, "Prediction success", replies, True))
             )
-            self._flush()  # the batch is answered before it counts as done
+            self._outbox.flush()  # the batch is answered before it counts as done
         finally:
             self._batches -= 1
             if self._batches == 0:
@@ -255,7 +257,7 @@ class MLModelRunner:
             async for response in responses:
                 reply = self._checked(item.request_id, response, "predict_stream")
                 await stream.window.acquire()
-                self._write(self._encode(BatchReply(batch_id, 200, "", [reply], False)))
+                self._write((batch_id, reply))
         finally:
             close = getattr(responses, "aclose", None)
             if close is not None:
@@ -307,19 +309,6 @@ class MLModelRunner:
         if stream is not None:
             for _ in range(count):
                 stream.window.release()
-
-    def _write(self, frame: bytes) -> None:
-        """Send ``frame`` once this turn of the loop ends, with every other frame written
-        on it: the streams that ran on one turn (a stream runs on until its window is full
-        or its generator waits) share one system call, and the server one read."""
-        if not self._unsent:
-            self._loop.call_soon(self._flush)
-        self._unsent.append(frame)
-
-    def _flush(self) -> None:
-        if self._unsent:
-            frames, self._unsent = self._unsent, []
-            self._send(frames[0] if len(frames) == 1 else b"".join(frames))
 
     @property
     def _name(self) -> str:
