@@ -19,7 +19,8 @@ token, with its ratio to MLServer's in the same phase.
         [--servers mlserver,trioserve,trioserve-merge,base]
 
 Bounded by stream count and a time limit per phase; clients and servers share the machine's
-CPUs, so compare the rows of one run.
+CPUs, so compare the rows of one run. (Over 400 lines: the peers, clients and table of one
+comparison stay in one script, to be run and read as one.)
 """
 
 from __future__ import annotations
