@@ -82,7 +82,8 @@ async def client(port: int, model: str, requests: int, latencies: list[float]) -
             last = model == "stateful" and n == requests - 1
             writer.write(
                 b"POST /predictions/" + model.encode() + b" HTTP/1.1\r\nHost: x\r\n"
-                b"Content-Type: text/plain\r\nContent-Length: 1\r\n" + extra
+                b"Content-Type: text/plain\r\nContent-Length: 1\r\n"
+                + extra
                 + (b"\r\n0" if last else b"\r\n1")
             )
             began = time.perf_counter()

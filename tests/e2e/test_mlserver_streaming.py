@@ -41,10 +41,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     store = tmp_path_factory.mktemp("stream-store")
     for name in ("streamer", "doubler", "batcher"):
         shutil.copytree(MODELS / name, store / name)
+    # The streamer again, with merge_stream_replies on.
+    shutil.copytree(MODELS / "streamer", store / "merger")
+    settings = json.loads((store / "merger" / "model-settings.json").read_text())
+    settings["name"] = "merger"
+    settings["parameters"]["merge_stream_replies"] = True
+    (store / "merger" / "model-settings.json").write_text(json.dumps(settings))
     work = tmp_path_factory.mktemp("stream")
     (work / "markers").mkdir()
     server = Server(
-        work, store, "streamer=streamer,doubler=doubler,batcher=batcher",
+        work, store, "streamer=streamer,doubler=doubler,batcher=batcher,merger=merger",
         env={"TRIOSERVE_TEST_MARKERS": str(work / "markers")},
     )  # fmt: skip
     server.start()
@@ -100,6 +106,38 @@ def test_sse_streams_one_event_per_yielded_response(server: Server, route: str) 
     assert {data["model_name"] for _, data in got} == {"streamer"}
     marker = Path(server.workdir, "markers", f"closed-sse-{route}")
     wait_for(marker)
+
+
+TWELVE = "one two three four five six seven eight nine ten eleven twelve"
+
+
+def sse_texts(server: Server, model: str, request_id: str) -> list[str]:
+    body = text_request(TWELVE, request_id)
+    with httpx.stream("POST", f"{server.url}/v2/models/{model}/generate_stream", json=body,
+                      timeout=30) as response:  # fmt: skip
+        assert response.status_code == 200
+        got = list(events(response))
+    assert {name for name, _ in got} == {"message"}
+    for _, data in got:
+        (output,) = data["outputs"]
+        assert (output["name"], output["datatype"], output["shape"]) == ("token", "BYTES", [1, 1])
+    return [data["outputs"][0]["data"][0] for _, data in got]
+
+
+def test_with_merge_stream_replies_the_waiting_tokens_go_as_one_event(server: Server) -> None:
+    """The model yields its twelve words on one turn of its loop (no delay), so they reach
+    the server together: the first goes on its own, the rest waiting behind it are merged
+    (their texts concatenated, every word there, in order)."""
+    texts = sse_texts(server, "merger", "merged")
+    words = TWELVE.split()
+    assert texts[0] == words[0]
+    assert "".join(texts) == "".join(words)
+    assert len(texts) < len(words), texts
+
+
+def test_without_merge_stream_replies_each_yield_is_one_event(server: Server) -> None:
+    """The same burst to the same model without the option: one event per yield."""
+    assert sse_texts(server, "streamer", "unmerged") == TWELVE.split()
 
 
 def test_a_model_without_predict_stream_answers_one_event(server: Server) -> None:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +88,16 @@ class Frames:
         self.changed = threading.Condition()
 
     def send(self, data: bytes) -> None:
-        (frame,) = FrameDecoder(1 << 30).feed(data)
+        # Whole frames, one or more: what one turn of the model loop wrote goes together, and
+        # a stream's intermediate replies share frames; kept here one reply each, in order.
+        frames = FrameDecoder(1 << 30).feed(data)
+        assert frames
         with self.changed:
-            self.replies.append(decode_reply(frame))
+            for frame in map(decode_reply, frames):
+                if frame.final:
+                    self.replies.append(frame)
+                else:
+                    self.replies.extend(replace(frame, replies=[r]) for r in frame.replies)
             self.changed.notify_all()
 
     def wait(self, predicate: Callable[[list[BatchReply]], bool]) -> list[BatchReply]:

@@ -39,6 +39,9 @@ class _Parameters(BaseModel):
 
     uri: str | None = None
     version: str | None = None
+    # trioserve's own (MLServer ignores it): merge the streamed answers waiting for a slow
+    # client into one (trioserve.core.oip.merging).
+    merge_stream_replies: bool = False
 
 
 class _Settings(BaseModel):
@@ -76,6 +79,7 @@ class MlserverSettings:
     outputs: tuple[TensorDeclaration, ...]
     platform: str
     raw: dict[str, Any] = field(default_factory=dict, hash=False)
+    merge_stream_replies: bool = False  # parameters.merge_stream_replies
 
     def manifest(self) -> Manifest:
         """The manifest this folder would have as a TorchServe archive."""
@@ -132,6 +136,7 @@ def parse_model_settings(data: bytes) -> MlserverSettings:
         ),
         platform=settings.platform,
         raw=raw,
+        merge_stream_replies=parameters.merge_stream_replies,
     )
 
 

@@ -80,13 +80,20 @@ async def stream_into_model(
     try:
         async with call, trio.open_nursery() as nursery:
             nursery.start_soon(feed)
-            async for reply, final in call.replies():
-                if final and oip.is_stream_end(reply):
+            started = False
+            while True:
+                # The answers already there go out together: merged into fewer messages
+                # when the model's merge_stream_replies is on (the first on its own).
+                burst = await oip.next_answers(
+                    call, first.id, merge=model.merge_stream_replies, first=not started
+                )
+                started = True
+                for answer_id, outputs in burst.answers:
+                    await send(infer_response(model, first, outputs, requested, answer_id))
+                if burst.error is not None:
+                    raise burst.error
+                if burst.ended:
                     break
-                outputs = oip.outputs_of(reply)
-                answer_id = oip.response_id(reply, first.id)
-                response = infer_response(model, first, outputs, requested, answer_id)
-                await send(response)
             nursery.cancel_scope.cancel()  # the model is done: further input is not read
     except BaseExceptionGroup as group:
         raise single_error(group) from None

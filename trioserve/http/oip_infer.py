@@ -22,7 +22,7 @@ from trioserve.core.oip import (
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.runtime.dataplane import Call, Dataplane
 from trioserve.runtime.model import ModelVersion
-from trioserve.runtime.oip import final_outputs, is_stream_end, outputs_of, response_id, submit
+from trioserve.runtime.oip import final_outputs, next_answers, submit
 
 JSON_TYPE: Final = "application/json"
 SSE_TYPE: Final = "text/event-stream; charset=utf-8"
@@ -67,14 +67,19 @@ async def infer(dataplane: Dataplane, model: ModelVersion, request: InferRequest
 
 
 class EventStream:
-    """The SSE body of an ``infer_stream`` call: one ``data:`` event per answer; a failure
-    after the first event is an ``event: error`` with ``{"error": ...}``, then the stream
-    ends. Closing it cancels the call (the client went away)."""
+    """The SSE body of an ``infer_stream`` call: one ``data:`` event per answer (the answers
+    waiting for a slow client merged into one event when the model's
+    ``merge_stream_replies`` is on, the first answer always on its own); a failure after the
+    first event is an ``event: error`` with ``{"error": ...}``, then the stream ends. The
+    events already there go out as one piece of the body (one write). Closing it cancels
+    the call (the client went away)."""
 
     def __init__(self, call: Call, model: ModelVersion, request: InferRequest) -> None:
         self._call = call
         self._model = model
         self._request = request
+        self._merge = model.merge_stream_replies
+        self._started = False
         self._done = False
 
     def __aiter__(self) -> EventStream:
@@ -84,28 +89,31 @@ class EventStream:
         if self._done:
             raise StopAsyncIteration
         try:
-            reply, final = await self._call.next_reply()
-        except ServeError as error:
-            self._finish()
-            return _error_event(error)
-        except (trio.EndOfChannel, trio.ClosedResourceError):
+            burst = await next_answers(
+                self._call, self._request.id, merge=self._merge, first=not self._started
+            )
+        except trio.ClosedResourceError:
             self._finish()
             raise StopAsyncIteration from None
-        if final:
-            self._finish()
-            if is_stream_end(reply):  # the stream's answers all went before it
-                raise StopAsyncIteration
+        self._started = True
+        events: list[bytes] = []
+        error = burst.error
         try:
-            # JSON only: infer_stream refused binary outputs before submitting.
-            answer_id = response_id(reply, self._request.id)
-            outputs = outputs_of(reply)
-            body, _length = _encoded(
-                self._model, self._request, outputs, binary=False, answer_id=answer_id
-            )
-        except ServeError as error:
+            for answer_id, outputs in burst.answers:
+                # JSON only: infer_stream refused binary outputs before submitting.
+                body, _length = _encoded(
+                    self._model, self._request, outputs, binary=False, answer_id=answer_id
+                )
+                events.append(b"data: " + body + b"\n\n")
+        except ServeError as exc:
+            error = exc
+        if error is not None:
+            events.append(_error_event(error))
+        if burst.ended or error is not None:
             self._finish()
-            return _error_event(error)
-        return b"data: " + body + b"\n\n"
+        if not events:
+            raise StopAsyncIteration
+        return b"".join(events)
 
     def _finish(self) -> None:
         self._done = True

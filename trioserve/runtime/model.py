@@ -179,6 +179,13 @@ class ModelVersion:
         return self._pool.mlserver
 
     @property
+    def merge_stream_replies(self) -> bool:
+        """Whether streamed answers waiting for a slow client go out merged as one
+        (``parameters.merge_stream_replies`` of an MLServer model; off by default)."""
+        mlserver = self._pool.mlserver
+        return mlserver is not None and mlserver.merge_stream_replies
+
+    @property
     def tensor_inputs(self) -> Mapping[str, TensorInput]:
         """The inputs the model declares (model-config ``tensorInputs``)."""
         return self._pool.tensor_inputs

@@ -12,9 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import trio
+
 from trioserve import __version__
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import Reply
+from trioserve.core.oip.merging import Answer, merge_answers
 from trioserve.core.oip.raw import TensorMeta
 from trioserve.core.oip.tensor import Parameters, Tensor
 from trioserve.core.oip.transport import (
@@ -148,6 +151,42 @@ def is_stream_end(reply: Reply) -> bool:
     return END_HEADER in reply.headers and reply.status < 400
 
 
+@dataclass(slots=True)
+class Burst:
+    """The answers of a stream that were there to read at once (see :func:`next_answers`)."""
+
+    answers: list[Answer]  # (response id, outputs) of each answer, in order
+    error: ServeError | None  # the failure that ends the stream after them
+    ended: bool  # nothing follows: the final reply was read, or the stream failed
+
+
+async def next_answers(
+    call: Call, request_id: str | None, *, merge: bool = False, first: bool = False
+) -> Burst:
+    """The next streamed answer of ``call`` (waiting for it) and every one already delivered
+    behind it, so an adapter writes them together. With ``merge``, runs of mergeable answers
+    are merged (:mod:`trioserve.core.oip.merging`), but not the stream's ``first`` answer,
+    which goes on its own. Raises ``trio.ClosedResourceError`` once the call was cancelled."""
+    answers: list[Answer] = []
+    error: ServeError | None = None
+    ended = False
+    try:
+        item: tuple[Reply, bool] | None = await call.next_reply()
+        while item is not None:
+            reply, ended = item
+            if not (ended and is_stream_end(reply)):
+                answers.append((response_id(reply, request_id), outputs_of(reply)))
+            item = None if ended else call.poll_reply()
+    except ServeError as exc:
+        error, ended = exc, True
+    except trio.EndOfChannel:
+        ended = True
+    if merge and len(answers) > 1:
+        head = answers[:1] if first else []
+        answers = head + merge_answers(answers[len(head) :])
+    return Burst(answers, error, ended)
+
+
 def _oip_headers(request_id: str | None, parameters: Parameters | None) -> list[tuple[str, str]]:
     """The headers marking a work item as an OIP request, with its id and parameters."""
     headers = [(OIP_HEADER, "1")]
@@ -192,12 +231,14 @@ __all__ = [
     "PLATFORM",
     "SERVER_NAME",
     "SERVER_VERSION",
+    "Burst",
     "ModelMetadata",
     "declared_inputs",
     "final_outputs",
     "is_handler_exception",
     "is_stream_end",
     "model_metadata",
+    "next_answers",
     "outputs_of",
     "response_id",
     "send_inputs",

@@ -139,6 +139,9 @@ class WorkerSupervisor:
         self._state_changed = trio.Event()
         # Frames for the process besides batches: CANCELs, a stream's inputs and acks.
         self._control_send, self._control_recv = trio.open_memory_channel[bytes](math.inf)
+        # Acks not sent yet, by request id: the reads of a burst go out as one STREAM_ACK per
+        # stream; an empty control frame marks where they go in the control frames' order.
+        self._acks: dict[str, int] = {}
         # The batches sent to the process and not ended, and their jobs: the first batch
         # runs; one behind it (a full batch the process starts as soon as the running one
         # ends) has not started, so a failure requeues it.
@@ -323,7 +326,17 @@ class WorkerSupervisor:
 
     def _ack(self, job: Job) -> None:
         """The client read one more intermediate reply of a streamed job."""
-        self._control_send.send_nowait(encode_stream_ack(job.request_id, 1))
+        acks = self._acks
+        if not acks:
+            self._control_send.send_nowait(b"")
+        acks[job.request_id] = acks.get(job.request_id, 0) + 1
+
+    def _control_bytes(self, frame: bytes) -> bytes:
+        """A control frame as written: the acks in place of their (empty) marker."""
+        if frame:
+            return frame
+        acks, self._acks = self._acks, {}
+        return b"".join(encode_stream_ack(request_id, n) for request_id, n in acks.items())
 
     def _send_cancel(self, request_id: str) -> None:
         self._control_send.send_nowait(encode_cancel([request_id]))
@@ -332,7 +345,15 @@ class WorkerSupervisor:
         # A broken connection is noticed (and reported) by the serving loop.
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             async for frame in self._control_recv:
-                await conn.send(frame)
+                # Every control frame waiting goes out in one write (a burst of reads acks
+                # many streams at once: one system call instead of one per frame).
+                frames = [self._control_bytes(frame)]
+                while True:
+                    try:
+                        frames.append(self._control_bytes(self._control_recv.receive_nowait()))
+                    except trio.WouldBlock:
+                        break
+                await conn.send(b"".join(frames))
 
     def assign(self, batch: list[Job]) -> None:
         """The batcher hands this worker a batch (it said it was idle, or offered to take a

@@ -11,8 +11,9 @@ concurrently; the trio thread only hands work over (:meth:`MLModelRunner.submit`
 :meth:`cancel`, :meth:`feed`, :meth:`ack`) and the loop writes the answers itself. A
 request is unary (``predict``) or, marked with ``STREAM_HEADER``, a stream: the model's
 ``predict_stream`` gets an async iterator of requests (the first one, then each
-STREAM_INPUT of a streamed input until its end) and every response it yields goes out at
-once as an intermediate reply; the final reply only marks the end (``END_HEADER``), or
+STREAM_INPUT of a streamed input until its end) and every response it yields goes out as an
+intermediate reply at the end of the loop's turn (with the other frames of that turn, in one
+write); the final reply only marks the end (``END_HEADER``), or
 carries the error the generator raised. A model that does not override ``predict_stream``
 answers each input of a stream with ``predict``. A CANCEL cancels the request's task and
 closes the generator (its ``finally`` runs). At most :data:`STREAM_WINDOW` intermediate
@@ -44,6 +45,7 @@ from trioserve.worker.mlserver.mlmodel_io import (
     merged_request,
     split_replies,
 )
+from trioserve.worker.mlserver.outbox import Outbox
 from trioserve.worker.responses import FrameLimit
 
 log = logging.getLogger("trioserve.worker")
@@ -86,6 +88,9 @@ class MLModelRunner:
         self._running: set[asyncio.Task[None]] = set()
         self._streams: dict[str, _Stream] = {}
         self._batches = 0  # batches not answered yet
+        # What this turn of the loop writes goes out together once the turn ends.
+        self._outbox = Outbox(self._loop, send, encode)
+        self._write = self._outbox.write
         self._idle = threading.Event()
         self._idle.set()
         self.overrides_stream = _overrides(model, "predict_stream")
@@ -176,6 +181,7 @@ class MLModelRunner:
             self._write(
                 self._encode(BatchReply(batch_id, 200, "Prediction success", replies, True))
             )
+            self._outbox.flush()  # the batch is answered before it counts as done
         finally:
             self._batches -= 1
             if self._batches == 0:
@@ -251,7 +257,7 @@ class MLModelRunner:
             async for response in responses:
                 reply = self._checked(item.request_id, response, "predict_stream")
                 await stream.window.acquire()
-                self._write(self._encode(BatchReply(batch_id, 200, "", [reply], False)))
+                self._write((batch_id, reply))
         finally:
             close = getattr(responses, "aclose", None)
             if close is not None:
@@ -303,9 +309,6 @@ class MLModelRunner:
         if stream is not None:
             for _ in range(count):
                 stream.window.release()
-
-    def _write(self, frame: bytes) -> None:
-        self._send(frame)
 
     @property
     def _name(self) -> str:
