@@ -1,4 +1,5 @@
-"""Running the server's Trio code as a guest of an asyncio event loop, on one thread.
+"""Running the server's Trio code as a guest of an asyncio event loop, on one thread
+(the ``grpc_same_thread`` setting).
 
 grpclib (the gRPC transport) is an asyncio library; everything else in the server is Trio.
 Trio's guest mode (``trio.lowlevel.start_guest_run``) lets both share the main thread: the

@@ -1,9 +1,9 @@
 """trioserve's gRPC transport: grpclib on an asyncio loop, bridged to Trio.
 
-grpclib is an asyncio library. :func:`serve_grpc` runs its servers on the asyncio loop that
-hosts Trio as its guest (how ``trioserve start`` runs: one thread,
-:class:`~trioserve.grpc.guest.GuestPortal`), or, under plain ``trio.run``, on a loop in a
-thread of its own (:class:`~trioserve.grpc.loop_thread.LoopThread`). Either way they are
+grpclib is an asyncio library. :func:`serve_grpc` runs its servers on a loop in a thread of
+its own (:class:`~trioserve.grpc.loop_thread.LoopThread`, under plain ``trio.run``, the
+default) or on the asyncio loop that hosts Trio as its guest (``grpc_same_thread``: one
+thread, :class:`~trioserve.grpc.guest.GuestPortal`). Either way they are
 started and stopped by the caller's nursery, so they start, drain and stop like the HTTP
 listeners.
 For every call grpclib runs an asyncio handler from this module; the handler decodes the

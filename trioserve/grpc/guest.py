@@ -1,8 +1,9 @@
 """The portal used when Trio runs as a guest of grpclib's asyncio loop, on the same thread.
 
-``trioserve start`` runs the server with :func:`trioserve.asyncio_host.run` (Trio's guest
-mode): the asyncio loop owns the thread and Trio's scheduler runs in its callbacks, so the
-two sides never wait for each other's thread nor for the GIL. Crossing costs:
+With ``grpc_same_thread``, ``trioserve start`` runs the server with
+:func:`trioserve.asyncio_host.run` (Trio's guest mode): the asyncio loop owns the thread and
+Trio's scheduler runs in its callbacks, so the two sides never wait for each other's thread
+nor for the GIL. Crossing costs:
 
 - asyncio -> Trio (:meth:`GuestPortal.run_trio`, and the wake-ups of :meth:`run_aio`): a
   call posted to an :class:`_Inbox`. The first post of a burst asks Trio, with one

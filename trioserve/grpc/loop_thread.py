@@ -1,4 +1,4 @@
-"""The portal for plain ``trio.run``: an asyncio event loop in a thread of its own.
+"""The portal for plain ``trio.run`` (the default): an asyncio event loop in a thread of its own.
 
 grpclib is an asyncio library. It used to run on a trio-asyncio loop, which drives every
 asyncio callback through Trio's scheduler: about 1.2 ms of server CPU per unary call went

@@ -3,10 +3,10 @@
 Two portals exist, chosen by how the process runs Trio:
 
 - :class:`~trioserve.grpc.guest.GuestPortal`: Trio is a guest of the asyncio loop
-  (``trio.lowlevel.start_guest_run``, how ``trioserve start`` runs the server, see
-  :mod:`trioserve.asyncio_host`), so both run on one thread. Crossing is a callback on that
-  thread; wake-ups of Trio are coalesced, one per burst of calls.
-- :class:`~trioserve.grpc.loop_thread.LoopThread`: plain ``trio.run`` (tests, embedding):
+  (``trio.lowlevel.start_guest_run``, how ``trioserve start`` runs the server with
+  ``grpc_same_thread``, see :mod:`trioserve.asyncio_host`), so both run on one thread.
+  Crossing is a callback on that thread; wake-ups of Trio are coalesced, one per burst.
+- :class:`~trioserve.grpc.loop_thread.LoopThread`: plain ``trio.run`` (the default):
   grpclib's loop runs in a thread of its own and each crossing wakes the other thread.
 
 Both give the bridge the same operations: ``run_trio`` (asyncio side: run a Trio async
