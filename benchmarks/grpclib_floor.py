@@ -9,21 +9,22 @@ mode says where the answer comes from:
 - ``floor``: the asyncio handler itself (plain asyncio, no Trio);
 - ``thread``: a Trio task, through trioserve's ``LoopThread`` (grpclib's loop in a thread of
   its own, Trio in the main thread: a crossing each way per call, two threads on one GIL);
-  how the server ran before issue 28, and how it runs under plain ``trio.run``;
+  how the server ran before issue 28, and its fallback now;
+- ``driven``: a Trio task, through trioserve's ``DrivenLoop`` (grpclib's loop stepped by a
+  Trio task on Trio's thread): how the server runs since issue 28;
 - ``guest``: a Trio task, Trio running as a guest on grpclib's loop
   (``trio.lowlevel.start_guest_run``): Trio's tasks run on the loop's thread; only Trio's
   I/O wait stays in a thread of its own;
 - ``trioserve``: the real server from this checkout, started by the shared harness's peer
   script (its echo handler, ``--workers`` workers, ``--batch`` 1 or 8), CPU of the server and
   of its workers per call; ``base``: the same from ``--base-tree DIR`` (an older checkout run
-  with ``PYTHONPATH=DIR``), for a before/after in the same run; ``same-thread``: this
-  checkout with ``grpc_same_thread=true`` (Trio the guest of grpclib's loop).
+  with ``PYTHONPATH=DIR``), for a before/after in the same run.
 
 The last column divides each row's whole CPU per call (server and workers) by the floor's
 at the same stream count in the same round.
 
     .venv/bin/python benchmarks/grpclib_floor.py [--calls 10000] [--concs 16,64]
-        [--modes floor,thread,guest,trioserve,same-thread,base] [--base-tree DIR] [--rounds 1]
+        [--modes floor,thread,guest,driven,trioserve,base] [--base-tree DIR] [--rounds 1]
         [--workers 2] [--batch 8] [--uvloop]
 
 Loopback only (port 17070; the trioserve rows use the harness's ports, 7070-8082); bounded by
@@ -36,11 +37,9 @@ import argparse
 import asyncio
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -86,15 +85,17 @@ async def _grpclib_server() -> None:
 
 
 def serve(use_uvloop: bool, mode: str) -> None:
-    if mode == "thread":
+    if mode in ("thread", "driven"):
         import trio
 
+        from trioserve.grpc.driven import DrivenLoop
         from trioserve.grpc.loop_thread import LoopThread
 
         async def trio_main() -> None:
             global _ANSWER
             async with trio.open_nursery() as nursery:
-                portal: LoopThread = await nursery.start(LoopThread().run)
+                kind = LoopThread if mode == "thread" else DrivenLoop
+                portal: LoopThread | DrivenLoop = await nursery.start(kind().run)
 
                 def answer(data: bytes) -> Awaitable[bytes]:
                     return portal.run_trio(_in_trio, data)
@@ -233,7 +234,7 @@ def _load(port: int, conc: int, calls: int) -> tuple[int, float]:
 
 
 def _measure(mode: str, args: argparse.Namespace) -> list[Row]:
-    if mode in ("trioserve", "base", "same-thread"):
+    if mode in ("trioserve", "base"):
         return _measure_trioserve(mode, args)
     cmd = [sys.executable, __file__, "--serve", mode] + (["--uvloop"] if args.uvloop else [])
     server = subprocess.Popen(cmd)
@@ -259,17 +260,10 @@ def _measure_trioserve(mode: str, args: argparse.Namespace) -> list[Row]:
     if mode == "base":
         env["PYTHONPATH"] = str(args.base_tree.resolve())
     peer = BENCH / "peers/trioserve"
-    if mode == "same-thread":
-        from ingress_ab import start, stop  # this directory's A/B script: its start()
-
-        run_dir = Path(tempfile.mkdtemp(prefix="grpclib-floor-"))
-        popen = start(run_dir, args.workers, args.batch, 0, "grpc_same_thread=true\n")
-        pid = popen.pid
-    else:
-        started = subprocess.run(
-            [str(peer / "start.sh")], env=env, capture_output=True, text=True, check=True
-        ).stdout
-        pid = int(re.search(r"pid=(\d+)", started).group(1))  # type: ignore[union-attr]
+    started = subprocess.run(
+        [str(peer / "start.sh")], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    pid = int(re.search(r"pid=(\d+)", started).group(1))  # type: ignore[union-attr]
     rows: list[Row] = []
     try:
         server = psutil.Process(pid)
@@ -282,11 +276,7 @@ def _measure_trioserve(mode: str, args: argparse.Namespace) -> list[Row]:
             workers_us = (_cpu(workers) - before_workers) * 1e6 / max(n, 1)
             rows.append((mode, conc, rps, server_us, workers_us, server_us + workers_us))
     finally:
-        if mode == "same-thread":
-            stop(popen)
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            subprocess.run([str(peer / "stop.sh")], env=env, capture_output=True, check=False)
+        subprocess.run([str(peer / "stop.sh")], env=env, capture_output=True, check=False)
     return rows
 
 

@@ -67,11 +67,7 @@ def cpu(pid: int) -> dict[str, float]:
     return used
 
 
-def start(
-    run_dir: Path, workers: int, batch: int, ingress: int, extra: str = ""
-) -> subprocess.Popen[bytes]:
-    """This checkout's server on the harness's ports and echo model; ``extra``: more lines
-    for its config.properties."""
+def start(run_dir: Path, workers: int, batch: int, ingress: int) -> subprocess.Popen[bytes]:
     store = run_dir / "store"
     store.mkdir(parents=True, exist_ok=True)
     trioserve = str(Path(sys.executable).parent / "trioserve")
@@ -85,7 +81,7 @@ def start(
     template = (PEER / "config.properties.in").read_text()
     config = run_dir / "config.properties"
     config.write_text(
-        template.replace("@WORKERS@", str(workers)) + f"ingress_processes={ingress}\n" + extra
+        template.replace("@WORKERS@", str(workers)) + f"ingress_processes={ingress}\n"
     )
     log = (run_dir / f"server-{ingress}.log").open("wb")
     server = subprocess.Popen(

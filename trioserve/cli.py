@@ -114,7 +114,7 @@ def run_foreground(config: ServerConfig) -> int:
             lines.extend(f"PROBLEM {p}" for p in info.problems)
             report_ready("\n".join(lines))
 
-    return run_until_stopped(main, guest=config.grpc_same_thread)
+    return run_until_stopped(main)
 
 
 def _alive(pid: int) -> bool:

@@ -34,21 +34,13 @@ def run_until_stopped(
     *args: object,
     ready: Callable[[str], None] = report_ready,
     command: str = "trioserve",
-    guest: bool = False,
 ) -> int:
-    """Run ``main(*args)`` in Trio as a serving command runs it: ``trio.run``, or with
-    ``guest`` as the guest of an asyncio loop (:mod:`trioserve.asyncio_host`, the
-    ``grpc_same_thread`` setting). Returns the exit status: 130 on Ctrl-C, 1 when start-up
-    failed (logged, and said to ``ready`` as ``FAILED``)."""
+    """``trio.run(main, *args)`` as a serving command runs it; returns the exit status:
+    130 on Ctrl-C, 1 when start-up failed (logged, and said to ``ready`` as ``FAILED``)."""
     import trio
 
-    from trioserve import asyncio_host
-
     try:
-        if guest:
-            asyncio_host.run(main, *args)
-        else:
-            trio.run(main, *args)
+        trio.run(main, *args)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # start-up failed (a port in use, say): say why

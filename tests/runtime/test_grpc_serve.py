@@ -13,7 +13,6 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from trioserve import asyncio_host
 from trioserve._proto.inference import GrpcInferenceServiceBase
 from trioserve._proto.org.pytorch.serve.grpc.inference import (
     InferenceApIsServiceBase,
@@ -23,6 +22,7 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.limits import RequestLimits
 from trioserve.core.messages import BatchReply, Reply, WorkItem
+from trioserve.grpc import bridge
 from trioserve.grpc.bridge import GrpcListener, _Bridge, _Servable, serve_grpc
 from trioserve.grpc.calls import Dispatcher, Gate
 from trioserve.grpc.inference import InferenceRpcs
@@ -190,17 +190,21 @@ async def test_a_client_that_leaves_cancels_its_job(timeout: float | None) -> No
     await client_reset_cancels(timeout)
 
 
-# The same, as ``trioserve start`` runs the server: Trio a guest of grpclib's asyncio loop,
-# one thread (the GuestPortal), rather than grpclib's loop in a thread of its own.
-GUEST_CASES = [shutdown_drains, drain_timeout_cancels, client_reset_cancels]
+# The same with the fallback portal (grpclib's loop in a thread of its own), which the bridge
+# uses where asyncio lacks what the driven loop needs.
+FALLBACK_CASES = [shutdown_drains, drain_timeout_cancels, client_reset_cancels]
 
 
-@pytest.mark.parametrize("case", GUEST_CASES, ids=lambda case: case.__name__)
+@pytest.mark.parametrize("case", FALLBACK_CASES, ids=lambda case: case.__name__)
 @pytest.mark.parametrize("timeout", TIMEOUTS)
-def test_as_the_guest_of_an_asyncio_loop(
-    case: Callable[[float | None], Any], timeout: float | None
+async def test_on_the_fallback_loop_thread(
+    case: Callable[[float | None], Any], timeout: float | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    asyncio_host.run(case, timeout)
+    monkeypatch.setattr(bridge, "drivable", lambda: False)
+    seen: list[str] = []
+    monkeypatch.setattr(bridge.log, "info", lambda fmt, *args: seen.append(fmt % args))
+    await case(timeout)
+    assert "gRPC: grpclib runs on a loop thread" in seen
 
 
 def call_stream2(port: int, bodies: list[bytes]) -> Any:

@@ -44,7 +44,7 @@ async def test_each_side_runs_the_other_sides_functions_and_gets_results_and_err
 
         with pytest.raises(ValueError, match="from asyncio"):
             await portal.run_aio(fails_in_asyncio())
-        nursery.cancel_scope.cancel()
+        portal.stop()
     assert seen == {"asyncio": THREAD_NAME, "trio": threading.current_thread().name}
     assert _loop_threads() == []  # joined when the nursery ended
 
@@ -79,7 +79,7 @@ async def test_cancelling_the_asyncio_caller_cancels_the_trio_task() -> None:
         assert await portal.run_aio(caller(portal)) == "caller cancelled"
         with trio.fail_after(5):
             await finished.wait()
-        nursery.cancel_scope.cancel()
+        portal.stop()
     assert outcome == ["cancelled"]
 
 
@@ -102,7 +102,20 @@ async def test_a_trio_cancellation_cancels_the_coroutine_on_the_loop() -> None:
         assert waited.cancelled_caught
         assert running.is_set()
         assert await trio.to_thread.run_sync(cancelled.wait, 5)
+        portal.stop()
+
+
+async def test_an_outer_cancellation_waits_for_stop() -> None:
+    """The bridge closes its servers through the loop after its nursery is cancelled, so the
+    portal runs on until told to stop."""
+    portal = LoopThread()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(portal.run)
         nursery.cancel_scope.cancel()
+        with trio.CancelScope(shield=True):
+            assert await portal.run_aio(asyncio.sleep(0, "still here")) == "still here"
+            portal.stop()
+    assert portal.loop.is_closed()
 
 
 async def test_a_call_from_the_loop_after_the_trio_side_stopped_is_refused() -> None:
@@ -110,7 +123,7 @@ async def test_a_call_from_the_loop_after_the_trio_side_stopped_is_refused() -> 
     async with trio.open_nursery() as nursery:
         await nursery.start(portal.run)
         loop = portal.loop
-        nursery.cancel_scope.cancel()
+        portal.stop()
     assert loop.is_closed()
 
     async def nothing() -> None:

@@ -916,13 +916,6 @@ def test_hostname_rejects_odd_characters() -> None:
     assert parse_address("http://a.b-c_d:1").host == "a.b-c_d"
 
 
-def test_grpc_same_thread_is_off_unless_set(tmp_path: Path) -> None:
-    assert ServerConfig().grpc_same_thread is False
-    assert load_text(tmp_path, "grpc_same_thread=true\n").grpc_same_thread is True
-    with pytest.raises(ConfigError, match="grpc_same_thread"):
-        load_text(tmp_path, "grpc_same_thread=sometimes\n")
-
-
 def test_ingress_processes_is_off_unless_set(tmp_path: Path) -> None:
     assert ServerConfig().ingress_processes == 0
     assert load_text(tmp_path, "ingress_processes=3\n").ingress_processes == 3

@@ -217,9 +217,9 @@ ASYNCIO_WORLD = ("asyncio", "trio_asyncio", "grpclib")
 
 def test_only_the_bridge_touches_asyncio() -> None:
     """Outside the generated code and the (asyncio) client, only the gRPC bridge and its
-    portals import anything asyncio-flavoured (asyncio, trio-asyncio, grpclib), plus the
-    host that runs Trio as the asyncio loop's guest. In the worker, the MLServer-model
-    runner owns the event loop those models' coroutines need, and its outbox writes from it."""
+    portals import anything asyncio-flavoured (asyncio, trio-asyncio, grpclib). In the
+    worker, the MLServer-model runner owns the event loop those models' coroutines need, and
+    its outbox writes from it."""
     importers = set()
     for path in sorted((REPO / "trioserve").rglob("*.py")):
         relative = path.relative_to(REPO).as_posix()
@@ -234,9 +234,8 @@ def test_only_the_bridge_touches_asyncio() -> None:
             if any(name.split(".")[0] in ASYNCIO_WORLD for name in names):
                 importers.add(relative)
     assert importers == {
-        "trioserve/asyncio_host.py",
         "trioserve/grpc/bridge.py",
-        "trioserve/grpc/guest.py",
+        "trioserve/grpc/driven.py",
         "trioserve/grpc/portal.py",
         "trioserve/grpc/loop_thread.py",
         "trioserve/grpc/servers.py",

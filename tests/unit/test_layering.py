@@ -92,7 +92,6 @@ LAYERS = {
     "trioserve.server": ("wiring", 3),
     "trioserve.assembly": ("wiring", 3),
     "trioserve.foreground": ("wiring", 3),
-    "trioserve.asyncio_host": ("wiring", 3),
     "trioserve.dev": ("wiring", 3),
     # The command line sits on top: it wires the commands (dev among them), none imports it.
     "trioserve.cli": ("command line", 4),

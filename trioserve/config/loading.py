@@ -107,7 +107,6 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "max_unpacked_archive_bytes": ("TS_MAX_UNPACKED_ARCHIVE_BYTES",),
     "max_workers_per_model": ("TS_MAX_WORKERS_PER_MODEL",),
     "ingress_processes": ("TS_INGRESS_PROCESSES",),
-    "grpc_same_thread": ("TS_GRPC_SAME_THREAD",),
     "number_of_gpu": ("TS_NUMBER_OF_GPU",),
     "certificate_file": ("TS_CERTIFICATE_FILE",),
     "private_key_file": ("TS_PRIVATE_KEY_FILE",),
@@ -353,7 +352,6 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         oip_grpc_stream_shape=v.oip_grpc_stream_shape(),
         max_workers_per_model=v.integer("max_workers_per_model", 0, minimum=0),
         ingress_processes=v.integer("ingress_processes", 0, minimum=0, maximum=256),
-        grpc_same_thread=v.boolean("grpc_same_thread", False),
         number_of_gpu=(
             None
             if v.str_or_none("number_of_gpu") is None

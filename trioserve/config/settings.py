@@ -28,10 +28,6 @@ trioserve-only keys:
 ``ingress_processes`` (0)
     How many ingress processes terminate the inference port's HTTP connections; 0 = the
     server process does it itself. Measured slower on two cores (``docs/performance.md``).
-``grpc_same_thread`` (false)
-    Run Trio as the guest of grpclib's asyncio loop, both on the main thread, instead of
-    grpclib on a loop thread of its own: cheaper gRPC under load, dearer requests at one
-    client at a time (``docs/performance.md``, issue 28).
 ``max_request_inputs`` (2048), ``max_request_instances`` (10000), ``max_request_elements`` (2**25)
     What one inference request may expand to: its inputs, its KServe v1 instances, its
     tensor elements (:mod:`trioserve.core.limits`, held together as ``request_limits``); a
@@ -145,7 +141,6 @@ class ServerConfig:
     shutdown_grace_seconds: float = 30.0
     max_workers_per_model: int = 0
     ingress_processes: int = 0
-    grpc_same_thread: bool = False  # Trio as the guest of grpclib's asyncio loop
     number_of_gpu: int | None = None  # None: every GPU the machine shows
     certificate_file: Path | None = None  # PEM; with https:// addresses and enable_grpc_ssl
     private_key_file: Path | None = None  # PEM

@@ -1,9 +1,9 @@
 """trioserve's gRPC transport: grpclib on an asyncio loop, bridged to Trio.
 
-grpclib is an asyncio library. :func:`serve_grpc` runs its servers on a loop in a thread of
-its own (:class:`~trioserve.grpc.loop_thread.LoopThread`, under plain ``trio.run``, the
-default) or on the asyncio loop that hosts Trio as its guest (``grpc_same_thread``: one
-thread, :class:`~trioserve.grpc.guest.GuestPortal`). Either way they are
+grpclib is an asyncio library. :func:`serve_grpc` runs its servers on an asyncio loop that a
+Trio task steps, on Trio's thread (:class:`~trioserve.grpc.driven.DrivenLoop`), or, where
+asyncio lacks what that needs, on a loop in a thread of its own
+(:class:`~trioserve.grpc.loop_thread.LoopThread`). Either way they are
 started and stopped by the caller's nursery, so they start, drain and stop like the HTTP
 listeners.
 For every call grpclib runs an asyncio handler from this module; the handler decodes the
@@ -61,8 +61,8 @@ from trioserve.grpc.calls import (
     missing_message,
 )
 from trioserve.grpc.decode import RequestDecoder, request_decoder
+from trioserve.grpc.driven import DrivenLoop, drivable
 from trioserve.grpc.errors import grpc_code
-from trioserve.grpc.guest import GuestPortal, hosting_loop
 from trioserve.grpc.loop_thread import LoopThread
 from trioserve.grpc.portal import Portal
 from trioserve.grpc.servers import (
@@ -291,6 +291,18 @@ async def _send_from_trio(
     await portal.run_aio(_send(stream, message))
 
 
+def _portal() -> DrivenLoop | LoopThread:
+    """Where grpclib's loop runs: stepped by Trio on its thread, or (an asyncio without the
+    private names the driver needs) in a thread of its own."""
+    return DrivenLoop() if drivable() else LoopThread()
+
+
+_PLACES: dict[type[Any], str] = {
+    DrivenLoop: "an asyncio loop Trio steps",
+    LoopThread: "a loop thread",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class _Listener:
     api: str
@@ -328,17 +340,13 @@ async def serve_grpc(
     """
     gate = Gate()
     async with trio.open_nursery() as nursery:
-        loop = hosting_loop()
-        portal: Portal = await nursery.start(
-            LoopThread().run if loop is None else GuestPortal(loop).run
-        )
-        log.info(
-            "gRPC: grpclib runs on %s",
-            "a loop thread" if loop is None else "the asyncio loop Trio is a guest of",
-        )
-        bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal, limits)
+        # The portal outlives an outer cancellation until stop(): closing the servers in
+        # the finally below still needs the loop.
+        portal: Portal = await nursery.start(_portal().run)
         listeners: list[_Listener] = []
         try:
+            log.info("gRPC: grpclib runs on %s", _PLACES[type(portal)])
+            bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal, limits)
             for planned in listeners_plan:
                 api = planned.api
                 sock = listening_socket(*planned.address)
@@ -374,6 +382,7 @@ async def serve_grpc(
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
                 for listener in listeners:
                     await portal.run_aio(close_server(listener.server))
+            portal.stop()
             nursery.cancel_scope.cancel()
             log.info("gRPC listeners closed")
 

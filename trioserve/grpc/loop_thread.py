@@ -1,12 +1,12 @@
-"""The portal for plain ``trio.run`` (the default): an asyncio event loop in a thread of its own.
+"""The fallback portal: an asyncio event loop in a thread of its own.
 
 grpclib is an asyncio library. It used to run on a trio-asyncio loop, which drives every
 asyncio callback through Trio's scheduler: about 1.2 ms of server CPU per unary call went
 to that machinery alone (grpclib on a plain asyncio loop costs ~0.75 ms per call for the
 same work on this machine). Here grpclib gets a plain ``asyncio`` loop in a daemon thread,
 and the rpc implementations stay Trio code in Trio's thread. Crossing costs one wake-up of
-the other side per direction (the :class:`~trioserve.grpc.guest.GuestPortal`, used when
-Trio runs as the loop's guest, avoids both):
+the other side per direction (the default :class:`~trioserve.grpc.driven.DrivenLoop`
+avoids both; this one serves where asyncio lacks what the driver needs):
 
 - :meth:`LoopThread.run_trio` (asyncio side): run a Trio async function as a task of the
   portal's nursery and await its outcome. Cancelling the awaiting asyncio task (grpclib does
@@ -15,7 +15,7 @@ Trio runs as the loop's guest, avoids both):
   A Trio cancellation cancels the coroutine.
 
 The two threads share the GIL, and contend for it under load: about 80-120 µs per unary
-call more than the guest portal (docs/performance.md).
+call more than the driven loop (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class LoopThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
+        self._until_stopped = trio.CancelScope(shield=True)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -63,8 +64,9 @@ class LoopThread:
     async def run(
         self, *, task_status: trio.TaskStatus[LoopThread] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Start the thread and serve crossings until cancelled; then stop the loop (after
-        the Trio tasks started from it have ended) and join the thread."""
+        """Start the thread and serve crossings until :meth:`stop` (not an outer
+        cancellation: the bridge still closes its servers through the loop then); then stop
+        the loop (after the Trio tasks started from it have ended) and join the thread."""
         # Built directly, not through the event-loop policy (which trio-asyncio replaces when
         # it is imported, as a client in the same process may do).
         loop = asyncio.SelectorEventLoop()
@@ -76,15 +78,20 @@ class LoopThread:
             await trio.to_thread.run_sync(started.wait)
             self._loop = loop
             self._token = trio.lowlevel.current_trio_token()
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                task_status.started(self)
-                await trio.sleep_forever()
+            with self._until_stopped:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    task_status.started(self)
+                    await trio.sleep_forever()
         finally:
             self._nursery = None
             loop.call_soon_threadsafe(loop.stop)
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(thread.join)
+
+    def stop(self) -> None:
+        """End :meth:`run` (in Trio)."""
+        self._until_stopped.cancel()
 
     # -- asyncio side -------------------------------------------------------------------------
 

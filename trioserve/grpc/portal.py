@@ -1,13 +1,13 @@
 """How the gRPC bridge crosses between grpclib's asyncio loop and Trio: the :class:`Portal`.
 
-Two portals exist, chosen by how the process runs Trio:
+Two portals exist; the bridge picks the first that works here:
 
-- :class:`~trioserve.grpc.guest.GuestPortal`: Trio is a guest of the asyncio loop
-  (``trio.lowlevel.start_guest_run``, how ``trioserve start`` runs the server with
-  ``grpc_same_thread``, see :mod:`trioserve.asyncio_host`), so both run on one thread.
-  Crossing is a callback on that thread; wake-ups of Trio are coalesced, one per burst.
-- :class:`~trioserve.grpc.loop_thread.LoopThread`: plain ``trio.run`` (the default):
-  grpclib's loop runs in a thread of its own and each crossing wakes the other thread.
+- :class:`~trioserve.grpc.driven.DrivenLoop` (the default): a Trio task steps the asyncio
+  loop on Trio's thread; crossing is a plain call, since asyncio's callbacks run inside
+  that task.
+- :class:`~trioserve.grpc.loop_thread.LoopThread` (the fallback, for an asyncio without the
+  private names the driver needs): the loop runs in a thread of its own and each crossing
+  wakes the other thread.
 
 Both give the bridge the same operations: ``run_trio`` (asyncio side: run a Trio async
 function as a task of the portal's nursery and await its outcome; cancelling the awaiting
@@ -43,6 +43,8 @@ class Portal(Protocol):
     async def run_trio(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T: ...
 
     async def start_trio(self, start: Start, *args: Any) -> Any: ...
+
+    def stop(self) -> None: ...
 
     async def run_aio(self, coro: Coroutine[Any, Any, T]) -> T: ...
 

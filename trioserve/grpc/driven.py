@@ -1,0 +1,244 @@
+"""The default portal: grpclib's asyncio loop stepped by a Trio task, on Trio's thread.
+
+The loop never runs by itself (no ``run_forever``): a Trio task, the driver, runs one
+non-blocking iteration of it at a time (``BaseEventLoop._run_once`` with the loop marked as
+stopping, so that its ``select`` does not wait), and while the loop has nothing ready it
+waits in Trio for the loop's selector to become readable (an epoll set is itself pollable:
+it is readable when one of its sockets is) or for the loop's next timer. One thread, one
+wait over both sides' sockets:
+
+- asyncio → Trio: asyncio callbacks run inside the driver, a Trio task, so they start Trio
+  tasks (``nursery.start_soon``) and run :data:`~trioserve.grpc.portal.Start` work directly;
+  no token, no wake-up socket, no other thread.
+- Trio → asyncio: a reply's future is settled directly and the driver is woken if it is
+  parked (cancelling its wait). :meth:`DrivenLoop.run_aio` runs the coroutine inline up to
+  its first suspension (a gRPC message whose HTTP/2 window is open is written right there);
+  a coroutine that suspends is finished by a task.
+
+Neither thread hops (the loop thread's cost under load) nor a helper thread for Trio's own
+I/O wait (Trio's guest mode's cost with one client at a time) are paid. The price is three
+private names of asyncio's ``BaseEventLoop`` (``_run_once``, ``_ready``, ``_scheduled``) and
+the running-loop marker; :func:`drivable` checks they exist, and the bridge falls back to
+:class:`~trioserve.grpc.loop_thread.LoopThread` otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from asyncio import events
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeVar
+
+import outcome
+import trio
+
+from trioserve.grpc.portal import Start, Started, TrioCall, settle
+
+T = TypeVar("T")
+
+# How many idle iterations the loop gets at shutdown to run what closing its transports
+# scheduled (connection_lost callbacks and the like).
+_CLOSING_STEPS = 16
+
+
+def drivable() -> bool:
+    """Whether this Python's asyncio loop can be stepped from outside."""
+    loop = asyncio.SelectorEventLoop()
+    try:
+        return all(hasattr(loop, name) for name in ("_run_once", "_ready", "_scheduled"))
+    finally:
+        loop.close()
+
+
+class _Resume:
+    """Awaitable finishing a coroutine that was started inline and suspended on ``pending``
+    (the future it yielded): the rest runs as if the task had started it."""
+
+    __slots__ = ("_coro", "_pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+        self._coro = coro
+        self._pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, pending = self._coro, self._pending
+        while True:
+            try:
+                sent = yield pending
+            except BaseException as exc:  # the task is cancelled: into the coroutine
+                try:
+                    pending = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+
+
+async def _finish(coro: Coroutine[Any, Any, T], pending: Any) -> T:
+    result: T = await _Resume(coro, pending)
+    return result
+
+
+class DrivenLoop:
+    """An asyncio loop stepped by a Trio task while :meth:`run` runs."""
+
+    def __init__(self) -> None:
+        # Built directly, not through the event-loop policy (which trio-asyncio replaces
+        # when it is imported, as a client in the same process may do).
+        self._loop: Any = asyncio.SelectorEventLoop()
+        self._nursery: trio.Nursery | None = None
+        self._parked: trio.CancelScope | None = None  # the driver's wait, while it waits
+        self._until_stopped = trio.CancelScope(shield=True)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop = self._loop
+        return loop
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[DrivenLoop] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Drive the loop until :meth:`stop` (not an outer cancellation: the bridge still
+        closes its servers through the loop then); then cancel the Trio tasks started from
+        it, give the loop a few last iterations and close it."""
+        loop = self._loop
+        loop._thread_id = threading.get_ident()  # the loop counts as running, in this thread
+        try:
+            with self._until_stopped:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    nursery.start_soon(self._drive)
+                    task_status.started(self)
+                    await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            try:
+                for _ in range(_CLOSING_STEPS):
+                    self._step()
+                    if not loop._ready:
+                        break
+                self._step_until(loop.shutdown_asyncgens())
+            finally:
+                loop._thread_id = None
+                loop.close()
+
+    def stop(self) -> None:
+        """End :meth:`run` (in Trio)."""
+        self._until_stopped.cancel()
+
+    def _step(self) -> None:
+        """One iteration of the loop: ready callbacks, due timers, sockets ready now."""
+        loop = self._loop
+        events._set_running_loop(loop)
+        loop._stopping = True  # makes _run_once's select poll instead of wait
+        try:
+            loop._run_once()
+        finally:
+            loop._stopping = False
+            events._set_running_loop(None)
+
+    def _step_until(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` (which must not wait for I/O) to its end by stepping the loop."""
+        task = self._loop.create_task(coro)
+        for _ in range(_CLOSING_STEPS):
+            if task.done():
+                break
+            self._step()
+        if not task.done():
+            task.cancel()
+            self._step()
+
+    async def _drive(self) -> None:
+        loop = self._loop
+        selector = loop._selector.fileno()
+        while True:
+            self._step()
+            if loop._ready:
+                await trio.lowlevel.checkpoint()
+                continue
+            deadline = math.inf
+            if loop._scheduled:
+                delay = loop._scheduled[0]._when - loop.time()
+                deadline = trio.current_time() + max(0.0, delay)
+            with trio.CancelScope(deadline=deadline) as parked:
+                self._parked = parked
+                await trio.lowlevel.wait_readable(selector)
+            self._parked = None
+
+    def _wake(self) -> None:
+        """The loop has work from Trio's side: stop the driver's wait, if it waits."""
+        parked = self._parked
+        if parked is not None:
+            self._parked = None
+            parked.cancel()
+
+    def _settle(self, future: asyncio.Future[outcome.Outcome[Any]], result: Any) -> None:
+        settle(future, result)
+        self._wake()
+
+    # -- asyncio side (inside the driver) -------------------------------------------------
+
+    async def run_trio(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Called by an asyncio task: ``await fn(*args)`` as a Trio task, its result here."""
+        nursery = self._nursery
+        if nursery is None:
+            raise RuntimeError("the Trio side has stopped")
+        done: asyncio.Future[outcome.Outcome[T]] = self._loop.create_future()
+        call = TrioCall()
+        nursery.start_soon(call.run, fn, args, lambda result: self._settle(done, result))
+        try:
+            result = await done
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        return result.unwrap()
+
+    async def start_trio(self, start: Start, *args: Any) -> Any:
+        """Called by an asyncio task: ``start(*args, settle)`` right here (it is Trio code
+        too), its outcome here; cancelling the awaiting task calls the cancel it returned."""
+        if self._nursery is None:
+            raise RuntimeError("the Trio side has stopped")
+        done: asyncio.Future[outcome.Outcome[Any]] = self._loop.create_future()
+        started = Started()
+        started.start(start, args, lambda result: self._settle(done, result))
+        try:
+            result = await done
+        except asyncio.CancelledError:
+            started.cancel()
+            raise
+        return result.unwrap()
+
+    # -- Trio side ----------------------------------------------------------------------------
+
+    async def run_aio(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Called in Trio: run ``coro`` on the loop (inline while it does not suspend) and
+        return its result."""
+        events._set_running_loop(self._loop)
+        try:
+            pending = coro.send(None)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        finally:
+            events._set_running_loop(None)
+            self._wake()  # what it did may have scheduled loop callbacks
+        task = self._loop.create_task(_finish(coro, pending))
+        finished = trio.Event()
+        task.add_done_callback(lambda _: finished.set())  # runs in the driver, in Trio
+        self._wake()
+        try:
+            await finished.wait()
+        except trio.Cancelled:
+            task.cancel()
+            self._wake()
+            raise
+        answer: T = task.result()
+        return answer
+
+
+__all__ = ["DrivenLoop", "drivable"]
