@@ -220,3 +220,19 @@ async def test_an_outer_cancellation_waits_for_stop() -> None:
 async def sleeps_then(value: str) -> str:
     await asyncio.sleep(0.01)
     return value
+
+
+async def test_works_with_trio_asyncio_imported() -> None:
+    """trio-asyncio (which a client in the same process may use) patches how asyncio finds
+    the running loop inside Trio; grpclib's calls of it must still find the driven loop."""
+    import trio_asyncio  # type: ignore[import-untyped]  # noqa: F401  (patches asyncio)
+
+    async def running_loop() -> asyncio.AbstractEventLoop:
+        await asyncio.sleep(0)
+        return asyncio.get_running_loop()
+
+    async def body(portal: DrivenLoop) -> None:
+        assert await portal.run_aio(running_loop()) is portal.loop
+        assert asyncio.get_event_loop_policy()  # still usable outside the loop
+
+    await with_driven(body)

@@ -13,7 +13,13 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from trioserve._proto.inference import GrpcInferenceServiceBase
+from trioserve._proto.inference import (
+    GrpcInferenceServiceBase,
+    GrpcInferenceServiceStub,
+    InferTensorContents,
+    ModelInferRequest,
+    ModelInferRequestInferInputTensor,
+)
 from trioserve._proto.org.pytorch.serve.grpc.inference import (
     InferenceApIsServiceBase,
     InferenceApIsServiceStub,
@@ -68,7 +74,13 @@ async def serving(
     async def run(*, task_status: trio.TaskStatus[dict[str, list[str]]]) -> None:
         dataplane = Dataplane(OneModelManager(model))  # type: ignore[arg-type]
         await serve_grpc(
-            [GrpcListener("grpc_inference", ("127.0.0.1", 0), [InferenceRpcs(dataplane)])],
+            [
+                GrpcListener(
+                    "grpc_inference",
+                    ("127.0.0.1", 0),
+                    [InferenceRpcs(dataplane), OipRpcs(dataplane)],
+                )
+            ],
             tokens=None,
             max_request_size=1000,
             shutdown_trigger=shutdown.wait,
@@ -145,8 +157,16 @@ async def drain_timeout_cancels(timeout: float | None) -> None:
     assert "shut down before this call finished" in (results[0].message or "")
 
 
-async def client_reset_cancels(timeout: float | None) -> None:
-    """A client that goes away mid-call (its channel closed) cancels the call's job."""
+def infer_request() -> ModelInferRequest:
+    tensor = ModelInferRequestInferInputTensor(
+        name="x", datatype="FP32", shape=[2], contents=InferTensorContents(fp32_contents=[1, 2])
+    )
+    return ModelInferRequest(model_name="m", inputs=[tensor])
+
+
+async def client_reset_cancels(timeout: float | None, rpc: str = "predictions") -> None:
+    """A client that goes away mid-call (its channel closed) cancels the call's job, on
+    TorchServe's Predictions and on the Open Inference Protocol's ModelInfer."""
     release = trio.Event()
     async with trio.open_nursery() as nursery:
         launcher, shutdown, port, _stopped = await serving(nursery, hold_until(release))
@@ -154,9 +174,13 @@ async def client_reset_cancels(timeout: float | None) -> None:
         async def leave_early() -> None:
             async def call() -> None:
                 channel = Channel("127.0.0.1", port)
-                stub = InferenceApIsServiceStub(channel, timeout=timeout)
-                request = PredictionsRequest(model_name="m", input={"data": b"a"})
-                task = asyncio.ensure_future(stub.predictions(request))
+                if rpc == "predictions":
+                    stub = InferenceApIsServiceStub(channel, timeout=timeout)
+                    request = PredictionsRequest(model_name="m", input={"data": b"a"})
+                    task = asyncio.ensure_future(stub.predictions(request))
+                else:
+                    oip_stub = GrpcInferenceServiceStub(channel, timeout=timeout)
+                    task = asyncio.ensure_future(oip_stub.model_infer(infer_request()))
                 while not launcher.batches:
                     await asyncio.sleep(0.01)
                 channel.close()
@@ -185,9 +209,10 @@ async def test_drain_timeout_cancels_the_calls_left_and_their_jobs(timeout: floa
     await drain_timeout_cancels(timeout)
 
 
+@pytest.mark.parametrize("rpc", ["predictions", "model_infer"])
 @pytest.mark.parametrize("timeout", TIMEOUTS)
-async def test_a_client_that_leaves_cancels_its_job(timeout: float | None) -> None:
-    await client_reset_cancels(timeout)
+async def test_a_client_that_leaves_cancels_its_job(timeout: float | None, rpc: str) -> None:
+    await client_reset_cancels(timeout, rpc)
 
 
 # The same with the fallback portal (grpclib's loop in a thread of its own), which the bridge

@@ -22,6 +22,8 @@ import trio
 from trioserve.auth import KeyKind, TokenStore, bearer
 from trioserve.core import errors
 from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.messages import Reply
+from trioserve.runtime.dataplane import Call
 
 log = logging.getLogger("trioserve.grpc")
 
@@ -69,6 +71,34 @@ class Unary(Generic[Req, Resp]):
 
     func: Callable[[Req, RpcContext], Awaitable[Resp]]
     start: Callable[[Req, RpcContext, Settle], Callable[[], None]] | None = None
+
+
+def collect_replies(
+    call: Call, finish: Callable[[list[Reply]], Any], settle: Settle
+) -> Callable[[], None]:
+    """A :attr:`Unary.start`'s body: keep the call's replies as its job delivers them and,
+    at the final one, settle with ``finish(replies)`` (or what it raises); a failed job
+    settles with its error. Returns the call's cancel.
+
+    The collecting runs inside the job's delivery (a worker task's), so it must not act on
+    the job: a final reply or an error ends the job anyway."""
+    replies: list[Reply] = []
+
+    def collect() -> None:
+        try:
+            while (item := call.poll_reply()) is not None:
+                reply, final = item
+                replies.append(reply)
+                if final:
+                    settle(outcome.Value(finish(replies)))
+                    return
+        except Exception as exc:
+            settle(outcome.Error(exc))
+            return
+        call.when_ready(collect)
+
+    collect()
+    return call.cancel
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import threading
 from asyncio import events
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -131,16 +132,30 @@ class DrivenLoop:
         """End :meth:`run` (in Trio)."""
         self._until_stopped.cancel()
 
+    def _enter(self) -> Any:
+        """Mark the loop as running here (as ``run_forever`` would) while asyncio code runs;
+        returns what :meth:`_leave` needs."""
+        events._set_running_loop(self._loop)
+        # trio-asyncio, once imported (a client in the same process may use it), answers
+        # "which loop runs here" inside Trio from a context variable of the current task.
+        patched = sys.modules.get("trio_asyncio._loop")
+        return None if patched is None else patched.current_loop.set(self._loop)
+
+    def _leave(self, marked: Any) -> None:
+        if marked is not None:
+            sys.modules["trio_asyncio._loop"].current_loop.reset(marked)
+        events._set_running_loop(None)
+
     def _step(self) -> None:
         """One iteration of the loop: ready callbacks, due timers, sockets ready now."""
         loop = self._loop
-        events._set_running_loop(loop)
+        marked = self._enter()
         loop._stopping = True  # makes _run_once's select poll instead of wait
         try:
             loop._run_once()
         finally:
             loop._stopping = False
-            events._set_running_loop(None)
+            self._leave(marked)
 
     def _step_until(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` (which must not wait for I/O) to its end by stepping the loop."""
@@ -218,14 +233,14 @@ class DrivenLoop:
     async def run_aio(self, coro: Coroutine[Any, Any, T]) -> T:
         """Called in Trio: run ``coro`` on the loop (inline while it does not suspend) and
         return its result."""
-        events._set_running_loop(self._loop)
+        marked = self._enter()
         try:
             pending = coro.send(None)
         except StopIteration as stop:
             value: T = stop.value
             return value
         finally:
-            events._set_running_loop(None)
+            self._leave(marked)
             self._wake()  # what it did may have scheduled loop callbacks
         task = self._loop.create_task(_finish(coro, pending))
         finished = trio.Event()

@@ -14,8 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
-import outcome
-
 from trioserve._proto.google.protobuf import Any as AnyMessage
 from trioserve._proto.google.protobuf import Empty
 from trioserve._proto.google.rpc import Status
@@ -28,7 +26,7 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
 from trioserve.auth import KeyKind
 from trioserve.core import errors
 from trioserve.core.errors import ServeError
-from trioserve.core.messages import Param
+from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
 from trioserve.grpc.calls import (
     BidiStreaming,
@@ -39,6 +37,7 @@ from trioserve.grpc.calls import (
     ServerStreaming,
     Settle,
     Unary,
+    collect_replies,
 )
 from trioserve.grpc.errors import grpc_code
 from trioserve.grpc.ordered import answer_in_order
@@ -51,6 +50,10 @@ ERROR_DOMAIN = "trioserve"
 def health_text(healthy: bool) -> str:
     """TorchServe's ``health`` string: pretty-printed JSON, no trailing newline."""
     return json.dumps({"status": "Healthy" if healthy else "Unhealthy"}, indent=2)
+
+
+def _joined(replies: list[Reply]) -> PredictionResponse:
+    return PredictionResponse(prediction=b"".join(bytes(reply.body) for reply in replies))
 
 
 def handler_params(inputs: Mapping[str, bytes]) -> list[Param]:
@@ -162,26 +165,7 @@ class InferenceRpcs:
         self, request: PredictionsRequest, context: RpcContext, settle: Settle
     ) -> Callable[[], None]:
         """:meth:`predictions` without a task: the replies are collected as they arrive."""
-        call = self._submit(request, context)
-        parts: list[bytes] = []
-
-        def collect() -> None:
-            # In Trio: now, then whenever the job has news, from inside the job's delivery
-            # (so nothing here may act on the job: a final reply or an error ends it anyway).
-            try:
-                while (item := call.poll_reply()) is not None:
-                    reply, final = item
-                    parts.append(bytes(reply.body))
-                    if final:
-                        settle(outcome.Value(PredictionResponse(prediction=b"".join(parts))))
-                        return
-            except Exception as exc:
-                settle(outcome.Error(exc))
-                return
-            call.when_ready(collect)
-
-        collect()
-        return call.cancel
+        return collect_replies(self._submit(request, context), _joined, settle)
 
     async def stream_predictions(
         self,

@@ -24,6 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+import outcome
+
 from trioserve._proto.inference import (
     GrpcInferenceServiceBase,
     ModelInferRequest,
@@ -49,6 +51,7 @@ from trioserve._proto.inference import (
 )
 from trioserve.auth import KeyKind
 from trioserve.core.errors import ErrorKind, ServeError
+from trioserve.core.messages import Reply
 from trioserve.core.oip.request import RequestedOutput
 from trioserve.grpc.calls import (
     BidiStreaming,
@@ -57,7 +60,9 @@ from trioserve.grpc.calls import (
     Receive,
     RpcContext,
     Send,
+    Settle,
     Unary,
+    collect_replies,
 )
 from trioserve.grpc.oip_messages import (
     infer_response,
@@ -125,7 +130,7 @@ class OipRpcs:
             "ModelReady": Unary(self.model_ready),
             "ServerMetadata": Unary(self.server_metadata),
             "ModelMetadata": Unary(self.model_metadata),
-            "ModelInfer": Unary(self.model_infer),
+            "ModelInfer": Unary(self.model_infer, self.start_model_infer),
             "ModelStreamInfer": BidiStreaming(self.model_stream_infer),
             "RepositoryIndex": Unary(self.repository_index),
             "RepositoryModelLoad": Unary(self.repository_model_load),
@@ -183,6 +188,26 @@ class OipRpcs:
             return infer_response(pending.model, request, outputs, pending.requested or [])
         except ServeError as error:
             raise oip_error(error) from None
+
+    def start_model_infer(
+        self, request: ModelInferRequest, context: RpcContext, settle: Settle
+    ) -> Callable[[], None]:
+        """:meth:`model_infer` without a task: the replies are collected as they arrive."""
+        pending = self._accept(request, context)
+        if pending.error is not None:
+            raise oip_error(pending.error)
+        assert pending.call is not None and pending.model is not None
+        model, requested = pending.model, pending.requested or []
+
+        def answer(replies: list[Reply]) -> ModelInferResponse:
+            return infer_response(model, request, oip.outputs_of(replies[-1]), requested)
+
+        def settle_as_oip(result: outcome.Outcome[Any]) -> None:
+            if isinstance(result, outcome.Error) and isinstance(result.error, ServeError):
+                result = outcome.Error(oip_error(result.error))
+            settle(result)
+
+        return collect_replies(pending.call, answer, settle_as_oip)
 
     async def model_stream_infer(
         self,
