@@ -336,4 +336,6 @@ def test_grpcio_stream_mlserver_shape_in_order(server: Server, stubs: Path) -> N
 def test_grpcio_stream_mlserver_shape_error_ends_the_stream(server: Server, stubs: Path) -> None:
     seen = run_grpcio(stubs, server, "stream_error")
     assert [a["id"] for a in seen["answers"]] == ["a"]
-    assert seen["code"] == "NOT_FOUND" and "nope" in seen["details"]
+    # The whole outcome and the server's log in the message: this failed once (INTERNAL) in
+    # a loaded full run and never again in isolation.
+    assert (seen["code"], "nope" in seen["details"]) == ("NOT_FOUND", True), (seen, server.log)

@@ -356,7 +356,9 @@ async def serve_grpc(
                         _Servable(service.base().__mapping__(), service, bridge)
                         for service in planned.services
                     ]
-                    server = await portal.run_aio(start_server(servables, sock, planned.tls))
+                    server = await portal.run_aio(
+                        start_server(servables, sock, planned.tls, portal.corked)
+                    )
                 except BaseException:
                     sock.close()
                     raise

@@ -85,6 +85,57 @@ async def _finish(coro: Coroutine[Any, Any, T], pending: Any) -> T:
     return result
 
 
+class Corked:
+    """A connection's transport whose writes wait for the end of the loop's iteration (or of
+    an inline coroutine): then they go out together, one system call per connection.
+
+    grpclib writes each frame it makes at once: a unary answer's headers, message and
+    trailers are three writes, and a burst of answers on one connection three each. Corked,
+    a batch's answers on a channel cost one write. Everything else goes to the transport."""
+
+    __slots__ = ("_dirty", "_pending", "_transport")
+
+    def __init__(self, transport: Any, dirty: list[Corked]) -> None:
+        self._transport = transport
+        self._dirty = dirty  # the portal's list of transports with writes waiting
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if data:
+            if not self._pending:
+                self._dirty.append(self)
+            self._pending.append(data)
+
+    def writelines(self, lines: list[bytes]) -> None:
+        for data in lines:
+            self.write(data)
+
+    def flush(self) -> None:
+        pending = self._pending
+        if pending:
+            self._pending = []
+            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+
+    def get_write_buffer_size(self) -> int:
+        size: int = self._transport.get_write_buffer_size()
+        return size + sum(len(data) for data in self._pending)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending = []
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class DrivenLoop:
     """An asyncio loop stepped by a Trio task while :meth:`run` runs."""
 
@@ -95,6 +146,7 @@ class DrivenLoop:
         self._nursery: trio.Nursery | None = None
         self._parked: trio.CancelScope | None = None  # the driver's wait, while it waits
         self._until_stopped = trio.CancelScope(shield=True)
+        self._dirty: list[Corked] = []  # corked transports with writes waiting
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -141,7 +193,17 @@ class DrivenLoop:
         patched = sys.modules.get("trio_asyncio._loop")
         return None if patched is None else patched.current_loop.set(self._loop)
 
+    def corked(self, transport: Any) -> Any:
+        """``transport`` with its writes gathered until the end of each loop iteration."""
+        return Corked(transport, self._dirty)
+
+    def _flush(self) -> None:
+        dirty = self._dirty
+        while dirty:
+            dirty.pop().flush()
+
     def _leave(self, marked: Any) -> None:
+        self._flush()
         if marked is not None:
             sys.modules["trio_asyncio._loop"].current_loop.reset(marked)
         events._set_running_loop(None)

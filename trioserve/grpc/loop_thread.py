@@ -93,6 +93,10 @@ class LoopThread:
         """End :meth:`run` (in Trio)."""
         self._until_stopped.cancel()
 
+    def corked(self, transport: Any) -> Any:
+        """``transport`` as it is: the loop runs by itself here, so nothing would flush."""
+        return transport
+
     # -- asyncio side -------------------------------------------------------------------------
 
     async def run_trio(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:

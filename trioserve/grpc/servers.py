@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 import ssl
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpclib.server
@@ -40,19 +40,26 @@ def socket_url(sock: socket.socket) -> str:
 
 
 class Server(grpclib.server.Server):
-    """grpclib's server, keeping track of its connections.
+    """grpclib's server, keeping track of its connections, its transports wrapped by
+    ``wrap``.
 
     ``Server.close()`` stops listening and cancels running handlers but leaves the client
     connections open (grpclib 0.4); shutdown closes them with :meth:`close_connections`.
     """
 
-    def __init__(self, servables: Sequence[Any]) -> None:
+    def __init__(self, servables: Sequence[Any], wrap: Callable[[Any], Any]) -> None:
         super().__init__(servables)
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+        self._wrap = wrap
 
     def _protocol_factory(self) -> H2Protocol:
         protocol = super()._protocol_factory()
         self._protocols.add(protocol)
+        # The transport goes through ``wrap`` (the portal's ``corked``) before grpclib
+        # keeps it: an instance attribute, so asyncio's calls find it first.
+        made = protocol.connection_made
+        wrap = self._wrap
+        setattr(protocol, "connection_made", lambda transport: made(wrap(transport)))  # noqa: B010
         return protocol
 
     def close_connections(self) -> None:
@@ -63,9 +70,12 @@ class Server(grpclib.server.Server):
 
 
 async def start_server(
-    servables: Sequence[Any], sock: socket.socket, tls: ssl.SSLContext | None
+    servables: Sequence[Any],
+    sock: socket.socket,
+    tls: ssl.SSLContext | None,
+    wrap: Callable[[Any], Any],
 ) -> Server:
-    server = Server(servables)
+    server = Server(servables, wrap)
     await server.start(sock=sock, ssl=tls)
     return server
 
