@@ -11,7 +11,7 @@ import outcome
 import pytest
 import trio
 
-from trioserve.grpc.driven import DrivenLoop, drivable
+from trioserve.grpc.driven import Corked, DrivenLoop, drivable
 
 
 async def with_driven(body: Callable[[DrivenLoop], Awaitable[None]]) -> DrivenLoop:
@@ -236,3 +236,73 @@ async def test_works_with_trio_asyncio_imported() -> None:
         assert asyncio.get_event_loop_policy()  # still usable outside the loop
 
     await with_driven(body)
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_extra_info(self, name: str) -> str:
+        return f"info:{name}"
+
+
+async def test_writes_during_an_iteration_go_out_together_in_order() -> None:
+    real = FakeTransport()
+
+    async def body(portal: DrivenLoop) -> None:
+        corked = portal.corked(real)
+
+        async def three_frames() -> None:
+            corked.write(b"headers;")
+            corked.write(b"")  # nothing: no write of its own
+            corked.writelines([b"message;", b"trailers"])
+            assert real.writes == []  # held while the coroutine runs
+            assert corked.get_write_buffer_size() == len(b"headers;message;trailers")
+
+        await portal.run_aio(three_frames())
+        assert real.writes == [b"headers;message;trailers"]  # one write, at the end
+
+        def later() -> None:
+            corked.write(b"a")
+            corked.write(b"b")
+
+        async def from_a_callback() -> None:
+            asyncio.get_running_loop().call_soon(later)
+            await asyncio.sleep(0.01)
+
+        await portal.run_aio(from_a_callback())
+        assert real.writes[1:] == [b"ab"]  # flushed at the end of the loop's iteration
+        assert corked.get_extra_info("peername") == "info:peername"  # the rest passes through
+
+        async def closes() -> None:
+            corked.write(b"last")
+            corked.close()
+
+        await portal.run_aio(closes())
+        assert real.writes[-1] == b"last" and real.closed  # written before the close
+
+    await with_driven(body)
+
+
+def test_an_aborted_transport_drops_what_waits() -> None:
+    real = FakeTransport()
+    dirty: list[Corked] = []
+    corked = Corked(real, dirty)
+    corked.write(b"never")
+    assert dirty == [corked]
+    corked.abort()
+    corked.flush()
+    assert real.writes == [] and real.aborted
