@@ -57,7 +57,7 @@ class RpcContext:
         return bearer(self.metadata)
 
 
-# A unary rpc's outcome, told once, in Trio.
+# An outcome (a unary rpc's, or started work's), told once, in Trio.
 Settle = Callable[[outcome.Outcome[Any]], None]
 
 

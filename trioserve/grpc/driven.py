@@ -16,10 +16,10 @@ wait over both sides' sockets:
   a coroutine that suspends is finished by a task.
 
 Neither thread hops (the loop thread's cost under load) nor a helper thread for Trio's own
-I/O wait (Trio's guest mode's cost with one client at a time) are paid. The price is three
-private names of asyncio's ``BaseEventLoop`` (``_run_once``, ``_ready``, ``_scheduled``) and
-the running-loop marker; :func:`drivable` checks they exist, and the bridge falls back to
-:class:`~trioserve.grpc.loop_thread.LoopThread` otherwise.
+I/O wait (Trio's guest mode's cost with one client at a time) are paid. The price is some
+private names of asyncio's selector loop (:data:`_LOOP_NAMES`) and the running-loop marker
+(``asyncio.events._set_running_loop``); :func:`drivable` checks they all exist, and the
+bridge falls back to :class:`~trioserve.grpc.loop_thread.LoopThread` otherwise.
 """
 
 from __future__ import annotations
@@ -44,11 +44,18 @@ T = TypeVar("T")
 _CLOSING_STEPS = 16
 
 
+# The private names of asyncio's selector loop the driver uses.
+_LOOP_NAMES = ("_run_once", "_ready", "_scheduled", "_selector", "_stopping", "_thread_id")
+
+
 def drivable() -> bool:
-    """Whether this Python's asyncio loop can be stepped from outside."""
+    """Whether this Python's asyncio loop can be stepped from outside (every private name
+    the driver uses is there)."""
+    if not hasattr(events, "_set_running_loop"):
+        return False
     loop = asyncio.SelectorEventLoop()
     try:
-        return all(hasattr(loop, name) for name in ("_run_once", "_ready", "_scheduled"))
+        return all(hasattr(loop, name) for name in _LOOP_NAMES)
     finally:
         loop.close()
 
@@ -304,10 +311,11 @@ class DrivenLoop:
         finally:
             self._leave(marked)
             self._wake()  # what it did may have scheduled loop callbacks
+        # Scheduling the task needs no wake-up of its own: the one above came after it
+        # (nothing ran in between).
         task = self._loop.create_task(_finish(coro, pending))
         finished = trio.Event()
         task.add_done_callback(lambda _: finished.set())  # runs in the driver, in Trio
-        self._wake()
         try:
             await finished.wait()
         except trio.Cancelled:

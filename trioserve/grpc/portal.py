@@ -26,11 +26,11 @@ from typing import Any, Protocol, TypeVar
 import outcome
 import trio
 
+from trioserve.grpc.calls import Settle
+
 T = TypeVar("T")
 
 
-# A call's outcome, told once, in Trio.
-Settle = Callable[[outcome.Outcome[Any]], None]
 # Starts work in Trio without a task of its own: ``start(*args, settle)`` runs synchronously
 # in Trio and returns a function that cancels the work; ``settle`` gets its outcome.
 Start = Callable[..., Callable[[], None]]
@@ -69,7 +69,7 @@ class TrioCall:
         self,
         fn: Callable[..., Awaitable[Any]],
         args: tuple[Any, ...],
-        settle: Callable[[outcome.Outcome[Any]], None],
+        settle: Settle,
     ) -> None:
         """Run ``fn(*args)`` in this call's scope and hand its outcome to ``settle``; a
         cancelled call settles as asyncio's ``CancelledError``."""
@@ -114,4 +114,4 @@ def settle(future: asyncio.Future[outcome.Outcome[Any]], result: outcome.Outcome
         future.set_result(result)
 
 
-__all__ = ["Portal", "Settle", "Start", "Started", "TrioCall", "settle"]
+__all__ = ["Portal", "Start", "Started", "TrioCall", "settle"]
