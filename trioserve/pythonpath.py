@@ -1,7 +1,7 @@
 """What a child Python process needs on ``PYTHONPATH`` to import this trioserve.
 
 The server starts Python children with ``sys.executable``: workers (``-m trioserve.worker``),
-ingress processes (``-m trioserve.http.ingress_process``) and, for ``trioserve start``
+serving processes (``-m trioserve.serving_process``) and, for ``trioserve start``
 without ``--foreground``, the server itself (``-m trioserve``). When trioserve is installed
 in that interpreter (a venv, ``pip install``, an editable checkout) the child finds it by
 itself. When it runs from the one-file zipapp (``make binary``, docs/binary.md) it does not:

@@ -10,8 +10,7 @@ and the configuration. Nursery tree::
          ├─ signal watcher (SIGTERM/SIGINT -> drain)
          ├─ system metrics sampler
          └─ listeners nursery
-              ├─ HTTP inference   (trioserve's HTTP/1.1 front: fast path + Quart app;
-              │                    its connections in ingress processes, one task each)
+              ├─ HTTP inference   (trioserve's HTTP/1.1 front: fast path + Quart app)
               ├─ HTTP management  (hypercorn)
               ├─ HTTP metrics     (hypercorn)
               └─ gRPC inference + management (grpclib on an asyncio loop thread)
@@ -62,7 +61,6 @@ from trioserve.grpc.oip import oip_service
 from trioserve.http.cors import Cors, install_cors
 from trioserve.http.front import FastPath, Front, FrontSettings
 from trioserve.http.inference import create_inference_app, error_for_path, fast_path
-from trioserve.http.ingress import Ingress
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
@@ -169,13 +167,7 @@ def http_service(
         on_response=metrics.http_status,
         extra_headers=[] if cors is None else cors.answer_headers(),
     )
-    count = config.ingress_processes
-    if count and address.is_tls:
-        log.warning("ingress_processes is not used with TLS: the server holds the connections")
-    if count == 0 or address.is_tls:
-        return partial(front.serve, address, shutdown_trigger=shutdown.wait)
-    ingress = Ingress(count, log_level=logging.getLevelName(log.getEffectiveLevel()))
-    return partial(front.serve, address, shutdown_trigger=shutdown.wait, accept=ingress.accept)
+    return partial(front.serve, address, shutdown_trigger=shutdown.wait)
 
 
 def grpc_listeners(

@@ -153,16 +153,16 @@ class Server:
             return []
 
     def child_pids(self) -> list[int]:
-        """Every process the server started: workers and ingress processes."""
+        """Every process the server started: workers and serving processes."""
         return [p.pid for p in self.descendants()]
 
     def worker_pids(self) -> list[int]:
-        """The model worker processes (every descendant but the ingress processes)."""
-        return [p.pid for p in self.descendants() if not _is_ingress(p)]
+        """The model worker processes (every descendant but the serving processes)."""
+        return [p.pid for p in self.descendants() if not _is_serving(p)]
 
-    def ingress_pids(self) -> list[int]:
-        """The ingress processes that serve the inference port's connections."""
-        return [p.pid for p in self.descendants() if _is_ingress(p)]
+    def serving_pids(self) -> list[int]:
+        """The serving processes the server started besides itself (serving_processes > 1)."""
+        return [p.pid for p in self.descendants() if _is_serving(p)]
 
     def signal(self, signum: int) -> None:
         assert self.process is not None
@@ -208,14 +208,14 @@ def running(server: Server) -> Iterator[Server]:
         assert wait_gone(pids) == [], f"child processes left behind:\n{server.log}"
 
 
-def _is_ingress(process: psutil.Process) -> bool:
+def _is_serving(process: psutil.Process) -> bool:
     try:
-        return INGRESS_MODULE in process.cmdline()
+        return SERVING_MODULE in process.cmdline()
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
 
 
-INGRESS_MODULE = "trioserve.http.ingress_process"
+SERVING_MODULE = "trioserve.serving_process"
 
 
 def wait_gone(pids: list[int], timeout: float = 15) -> list[int]:

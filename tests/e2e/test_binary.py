@@ -187,9 +187,7 @@ def test_serves_the_demo_models_without_torch(
     out = _store(bare, binary, shiv_root, store)
     assert "left out, they need PyTorch: classifier" in out
     assert not (store / "classifier.mar").exists()
-    # One ingress process: the inference port's connections go through a third kind of child.
-    server = serve(bare, store, "all", ingress_processes="1")  # type: ignore[operator]
-    assert server.ingress_pids() != []
+    server = serve(bare, store, "all")  # type: ignore[operator]
     answer = httpx.post(
         f"{server.url}/predictions/echo",
         content=b"hello binary",

@@ -916,12 +916,12 @@ def test_hostname_rejects_odd_characters() -> None:
     assert parse_address("http://a.b-c_d:1").host == "a.b-c_d"
 
 
-def test_ingress_processes_is_off_unless_set(tmp_path: Path) -> None:
-    assert ServerConfig().ingress_processes == 0
-    assert load_text(tmp_path, "ingress_processes=3\n").ingress_processes == 3
-    for bad in ("-1", "two", "257"):
-        with pytest.raises(ConfigError, match="ingress_processes"):
-            load_text(tmp_path, f"ingress_processes={bad}\n")
+def test_serving_processes_is_one_unless_set(tmp_path: Path) -> None:
+    assert ServerConfig().serving_processes == 1
+    assert load_text(tmp_path, "serving_processes=3\n").serving_processes == 3
+    for bad in ("0", "-1", "two", "257"):
+        with pytest.raises(ConfigError, match="serving_processes"):
+            load_text(tmp_path, f"serving_processes={bad}\n")
 
 
 def test_tls_needs_both_pem_files_and_never_a_java_keystore(tmp_path: Path) -> None:

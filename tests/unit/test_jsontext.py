@@ -89,7 +89,6 @@ def test_errors_say_what_and_where(text: bytes, says: str) -> None:
 TRUSTED = {
     "core/jsontext.py": "the entry point itself",
     "core/frames.py": "frame metadata, written by trioserve's own code on both sides",
-    "http/ingress_process.py": "its settings, passed on the command line by the server",
     "config/values.py": "values of the operator's config.properties",
     "auth.py": "the server's own key file",
     "model/settings.py": "model-settings.json read from a folder (MLServer's API)",

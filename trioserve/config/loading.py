@@ -106,7 +106,7 @@ _ENV_NAMES: Final[Mapping[str, tuple[str, ...]]] = {
     "key_file": ("TS_KEY_FILE",),
     "max_unpacked_archive_bytes": ("TS_MAX_UNPACKED_ARCHIVE_BYTES",),
     "max_workers_per_model": ("TS_MAX_WORKERS_PER_MODEL",),
-    "ingress_processes": ("TS_INGRESS_PROCESSES",),
+    "serving_processes": ("TS_SERVING_PROCESSES",),
     "number_of_gpu": ("TS_NUMBER_OF_GPU",),
     "certificate_file": ("TS_CERTIFICATE_FILE",),
     "private_key_file": ("TS_PRIVATE_KEY_FILE",),
@@ -351,7 +351,7 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         max_unpacked_archive_bytes=v.integer("max_unpacked_archive_bytes", 4 << 30, minimum=1),
         oip_grpc_stream_shape=v.oip_grpc_stream_shape(),
         max_workers_per_model=v.integer("max_workers_per_model", 0, minimum=0),
-        ingress_processes=v.integer("ingress_processes", 0, minimum=0, maximum=256),
+        serving_processes=v.integer("serving_processes", 1, minimum=1, maximum=256),
         number_of_gpu=(
             None
             if v.str_or_none("number_of_gpu") is None

@@ -25,9 +25,10 @@ trioserve-only keys:
 ``max_workers_per_model`` (0 = four per CPU)
     The most workers one model version may be scaled to; a register or scale call asking
     for more is refused with 400 instead of starting that many processes.
-``ingress_processes`` (0)
-    How many ingress processes terminate the inference port's HTTP connections; 0 = the
-    server process does it itself. Measured slower on two cores (``docs/performance.md``).
+``serving_processes`` (1)
+    How many serving processes answer the inference ports (HTTP 8080, gRPC 7070) on the same
+    listening sockets, each with its own dataplane, all sharing the workers; the first is
+    also the control plane (``docs/design.md``, "Serving processes").
 ``max_request_inputs`` (2048), ``max_request_instances`` (10000), ``max_request_elements`` (2**25)
     What one inference request may expand to: its inputs, its KServe v1 instances, its
     tensor elements (:mod:`trioserve.core.limits`, held together as ``request_limits``); a
@@ -140,7 +141,7 @@ class ServerConfig:
     # trioserve-only
     shutdown_grace_seconds: float = 30.0
     max_workers_per_model: int = 0
-    ingress_processes: int = 0
+    serving_processes: int = 1
     number_of_gpu: int | None = None  # None: every GPU the machine shows
     certificate_file: Path | None = None  # PEM; with https:// addresses and enable_grpc_ssl
     private_key_file: Path | None = None  # PEM

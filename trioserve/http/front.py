@@ -49,9 +49,7 @@ _FRAMING = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 
 
 class Connection(Protocol):
-    """What answering a request needs of its connection: the front's own connections, and
-    the hub's stand-ins for the connections of its ingress processes
-    (:mod:`trioserve.http.ingress`)."""
+    """What answering a request needs of its connection."""
 
     gone: trio.Event  # the client closed (or broke) its side
     client: Any  # (host, port), or None (a Unix socket)
@@ -66,7 +64,7 @@ Acceptor = Callable[
 ]
 """Who accepts connections on a front's listeners until the shutdown trigger fires (and
 then drains them): ``(front, listeners, shutdown_trigger, started)``. The front's own
-:meth:`Front.accept_until` by default; the ingress processes when there are some."""
+:meth:`Front.accept_until` by default."""
 
 
 FastPath = Callable[[Request], Awaitable[Answer | None]]

@@ -1,6 +1,7 @@
-"""The link between the hub and one ingress process, as either end runs it.
+"""A link between two processes of the server (the control process and one serving
+process), as either end runs it.
 
-:meth:`Link.post` queues a frame (:mod:`trioserve.core.ingress_frames`) and never waits; the
+:meth:`Link.post` queues a frame (:mod:`trioserve.core.link_frames`) and never waits; the
 link's writing task sends everything queued in one blob the next time it runs, so frames
 queued by many tasks in one pass of the scheduler cost one write. Frames read are handed, in
 order, to the ``on_frame`` callback, which must not block. :meth:`Link.run` returns when
@@ -15,10 +16,10 @@ from collections.abc import Callable
 
 import trio
 
-from trioserve.core.ingress_frames import Frame, FrameError, FrameReader, encode
+from trioserve.core.link_frames import Frame, FrameError, FrameReader, encode
 from trioserve.sockio import write_nowait
 
-log = logging.getLogger("trioserve.ingress")
+log = logging.getLogger("trioserve.link")
 
 _READ_SIZE = 256 * 1024
 
@@ -51,7 +52,7 @@ class Link:
         self._kick = trio.Event()
         self._kicked = False  # the writing task was woken and has not run yet
         self._closed = False
-        self.name = name  # for log lines: which ingress process
+        self.name = name  # for log lines: which process is at the other end
 
     @property
     def closed(self) -> bool:

@@ -1,34 +1,14 @@
-"""The frames between the server (the hub) and its ingress processes (sans-IO).
+"""The framing of a link between two processes of one server (sans-IO).
 
-An ingress process terminates HTTP/1.1 connections: it accepts on the inference port's
-listening sockets (inherited from the hub), reads and checks requests, and writes the
-answers' bytes. The hub answers every request. One stream socket joins each ingress process
-to the hub; on it, each write carries a *blob*: a 4-byte little-endian length, then a
-``marshal``-encoded list of frames (tuples whose first item is one of the kinds below). A
-blob carries every frame queued since the last write, so a busy link costs one system call
-for many requests. Both ends are processes of the same server, started by the hub with the
-same interpreter, so ``marshal`` (bytes, str, int, bool, None, tuple, list) is enough and
-fast; nothing on this link comes from a client unparsed.
-
-Ingress process -> hub, each naming the ingress's request number ``n``:
-
-``(REQUEST, n, method, target, http_version, headers, body, keep_alive, client, server)``
-    a complete request (headers: ``[(name, value), ...]`` as bytes, names lowercased)
-``(REFUSE, n, status, message, path)``
-    a request that could not be read (HTTP error ``status``): the hub answers it, and the
-    connection then closes
-``(GONE, n)``
-    the client of request ``n`` went away before its answer ended
-``(ACK, n, written)``
-    ``written`` bytes of request ``n``'s answer have reached the client's socket
-``(READY,)``
-    the process accepts connections
-
-Hub -> ingress process:
-
-``(DATA, n, data)``  bytes of request ``n``'s answer, in order
-``(END, n, keep_alive)``  the answer is complete; whether the connection carries another
-``(DRAIN,)``  stop accepting, finish the requests in flight, exit
+A link is one stream socket between the control process and a serving process it started
+(``docs/design.md``, "Serving processes"). Each write carries a *blob*: a 4-byte
+little-endian length, then a ``marshal``-encoded list of frames (non-empty tuples whose first
+item says what the frame is; the kinds are the link's user's business, see
+:mod:`trioserve.core.serving_frames`). A blob carries every frame queued since the last
+write, so a busy link costs one system call for many messages. Both ends are processes of
+the same server, started with the same interpreter, so ``marshal`` (bytes, str, int, float,
+bool, None, tuple, list, dict) is enough and fast; nothing on a link comes from a client
+unparsed.
 """
 
 from __future__ import annotations
@@ -36,15 +16,6 @@ from __future__ import annotations
 import marshal
 import struct
 from typing import Any, Final
-
-REQUEST: Final = 1
-REFUSE: Final = 2
-GONE: Final = 3
-ACK: Final = 4
-READY: Final = 5
-DATA: Final = 6
-END: Final = 7
-DRAIN: Final = 8
 
 Frame = tuple[Any, ...]
 
@@ -106,18 +77,4 @@ class FrameReader:
         return frames
 
 
-__all__ = [
-    "ACK",
-    "DATA",
-    "DRAIN",
-    "END",
-    "GONE",
-    "MAX_BLOB",
-    "READY",
-    "REFUSE",
-    "REQUEST",
-    "Frame",
-    "FrameError",
-    "FrameReader",
-    "encode",
-]
+__all__ = ["MAX_BLOB", "Frame", "FrameError", "FrameReader", "encode"]

@@ -1,4 +1,4 @@
-"""The hub <-> ingress process frames (sans-IO)."""
+"""The framing of the links between a server's processes (sans-IO)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trioserve.core.ingress_frames import (
-    DATA,
-    END,
-    REQUEST,
-    FrameError,
-    FrameReader,
-    encode,
-)
+from trioserve.core.link_frames import FrameError, FrameReader, encode
+
+REQUEST, DATA, END = 1, 6, 7
 
 REQUEST_FRAME = (
     REQUEST,
