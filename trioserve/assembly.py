@@ -24,9 +24,11 @@ from trioserve.auth import TokenStore
 from trioserve.config import ConfigError, ServerConfig
 from trioserve.core.gpus import GpuPlan, visible_gpu_count
 from trioserve.core.model_settings import ServerDefaults
+from trioserve.core.request import InferenceRequest
 from trioserve.http.cors import Cors
 from trioserve.metrics import ServerMetrics
 from trioserve.runtime.dataplane import Dataplane
+from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import SubprocessLauncher, worker_environment
 from trioserve.runtime.management import ManagementService
 from trioserve.runtime.manager import ManagerSettings, ModelManager
@@ -122,15 +124,22 @@ def management_service(config: ServerConfig, manager: ModelManager) -> Managemen
 
 
 def build_dataplane(
-    config: ServerConfig, manager: ModelManager, metrics: ServerMetrics
+    config: ServerConfig,
+    manager: ModelManager,
+    metrics: ServerMetrics | None,
+    forward: Callable[[InferenceRequest], Job] | None = None,
 ) -> Dataplane:
-    """The one inference path every protocol adapter submits to."""
+    """The one inference path every protocol adapter submits to (``metrics`` None: one
+    that counts nothing, for the requests other serving processes forward, which they count;
+    ``forward``: see :class:`Dataplane`)."""
     sequences = SequenceHeaders(
         id_header=config.ts_header_key_sequence_id,
         start_header=config.ts_header_key_sequence_start,
         end_header=config.ts_header_key_sequence_end,
     )
-    return Dataplane(manager, metrics, sequences=sequences, limits=config.request_limits)
+    return Dataplane(
+        manager, metrics, sequences=sequences, limits=config.request_limits, forward=forward
+    )
 
 
 def cors_settings(config: ServerConfig) -> Cors | None:

@@ -201,6 +201,18 @@ class TokenStore:
         if mine:
             self.path.unlink(missing_ok=True)
 
+    # -- several serving processes ---------------------------------------------------------
+
+    def export(self) -> dict[str, tuple[str, float | None]]:
+        """The keys as the other serving processes take them (:meth:`adopt`)."""
+        return {kind.value: (key.value, key.expires_at) for kind, key in self._keys.items()}
+
+    def adopt(self, keys: dict[str, tuple[str, float | None]]) -> None:
+        """Check with the control process's keys from now on (never writes the file)."""
+        self._keys = {
+            KeyKind(kind): _Key(value, expires) for kind, (value, expires) in keys.items()
+        }
+
     # -- internals -------------------------------------------------------------------------
 
     def _new_key(self, kind: KeyKind) -> _Key:

@@ -114,6 +114,11 @@ W = TypeVar("W", bound=Hashable)
 _LIFETIME, _IDLE = 0, 1  # timer kinds; at the same due time the lifetime is the reason
 
 
+def mint_sequence_id() -> str:
+    """A new sequence's id, as TorchServe mints them (``ts-seq-<uuid4>``)."""
+    return f"ts-seq-{uuid.uuid4()}"
+
+
 class SequencePolicy(Generic[T, W]):
     """Sequence batching decisions for one model version; see the module docstring."""
 
@@ -212,7 +217,7 @@ class SequencePolicy(Generic[T, W]):
         if len(self._open) >= self._max_sequences:
             raise TooManySequences(self._max_sequences)
         if sequence_id is None:
-            sequence_id = f"ts-seq-{uuid.uuid4()}"
+            sequence_id = mint_sequence_id()
         seq: SequenceState[T, W] = SequenceState(sequence_id, now)
         self._open[sequence_id] = seq
         if self._lifetime is not None:

@@ -76,8 +76,8 @@ from trioserve.grpc.oip_stream import stream_into_model, streams_into_model
 from trioserve.grpc.ordered import answer_in_order
 from trioserve.runtime import oip, oip_repository
 from trioserve.runtime.dataplane import Call, Dataplane
-from trioserve.runtime.management import ManagementService
 from trioserve.runtime.model import ModelVersion
+from trioserve.runtime.oip_repository import ModelControl
 
 SERVICE: Final = "inference.GRPCInferenceService"
 STREAM_SHAPES: Final = ("mlserver", "triton")
@@ -116,7 +116,7 @@ class OipRpcs:
     base: ClassVar[type[Any]] = GrpcInferenceServiceBase
     stream_shape: ClassVar[str] = "mlserver"
 
-    def __init__(self, dataplane: Dataplane, management: ManagementService | None = None) -> None:
+    def __init__(self, dataplane: Dataplane, management: ModelControl | None = None) -> None:
         self._dataplane = dataplane
         self._management = management
 
@@ -346,7 +346,7 @@ class OipRpcs:
         """MLServer's shape: an error ends the stream with its status."""
         raise error
 
-    def _repository(self) -> ManagementService:
+    def _repository(self) -> ModelControl:
         if self._management is None:
             raise ServeError(
                 ErrorKind.NOT_IMPLEMENTED, "the repository extension is not served here"
@@ -378,7 +378,7 @@ class TritonStreamOipRpcs(OipRpcs):
 def oip_service(
     dataplane: Dataplane,
     stream_shape: str = "mlserver",
-    management: ManagementService | None = None,
+    management: ModelControl | None = None,
 ) -> OipRpcs:
     """The service, with ModelStreamInfer in the given shape (``mlserver`` or ``triton``);
     the repository RPCs need ``management`` (without it they answer UNIMPLEMENTED)."""

@@ -31,7 +31,7 @@ from trioserve.http.openapi import inference_document
 from trioserve.http.routes import Route, RouteTable
 from trioserve.metrics import ServerMetrics
 from trioserve.runtime.dataplane import Call, Dataplane
-from trioserve.runtime.management import ManagementService
+from trioserve.runtime.oip_repository import ModelControl
 
 # Methods TorchServe accepts on prediction routes (everything but OPTIONS).
 PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -190,7 +190,7 @@ def fast_path(
     dataplane: Dataplane,
     *,
     tokens: TokenStore | None = None,
-    management: ManagementService | None = None,
+    management: ModelControl | None = None,
 ) -> FastPath:
     """Predictions and explanations with a raw body, answered without Quart."""
     sequence_header = dataplane.sequence_header.lower().encode("latin-1")
@@ -258,7 +258,7 @@ def create_inference_app(
     max_request_size: int,
     tokens: TokenStore | None = None,
     metrics: ServerMetrics | None = None,
-    management: ManagementService | None = None,
+    management: ModelControl | None = None,
 ) -> QuartTrio:
     """The Quart app of the inference port: every route of :data:`ROUTES` (the OIP
     repository extension needs ``management``)."""

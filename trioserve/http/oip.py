@@ -44,7 +44,6 @@ from trioserve.http.openapi import oip_document
 from trioserve.http.routes import Route
 from trioserve.runtime import oip_repository
 from trioserve.runtime.dataplane import Dataplane
-from trioserve.runtime.management import ManagementService
 from trioserve.runtime.model import ModelVersion
 from trioserve.runtime.oip import (
     SERVER_NAME,
@@ -54,6 +53,7 @@ from trioserve.runtime.oip import (
     is_handler_exception,
     model_metadata,
 )
+from trioserve.runtime.oip_repository import ModelControl
 
 log = logging.getLogger("trioserve.http")
 
@@ -142,7 +142,7 @@ async def answer(
     variables: Mapping[str, str],
     headers: Iterable[tuple[bytes, bytes]],
     body: bytes,
-    management: ManagementService | None = None,
+    management: ModelControl | None = None,
 ) -> Answer:
     """The answer to one OIP request (``endpoint`` from :data:`OIP_ROUTES`); the repository
     extension needs ``management`` (without it those routes answer 501)."""
@@ -200,7 +200,7 @@ def unexpected_error(exc: Exception) -> Answer:
 
 async def repository(
     dataplane: Dataplane,
-    management: ManagementService | None,
+    management: ModelControl | None,
     endpoint: str,
     name: str | None,
     body: bytes,

@@ -39,6 +39,7 @@ from trioserve.core.errors import ServeError
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_inputs
 from trioserve.core.messages import Param, Reply, encode_stream_input
 from trioserve.core.request import InferenceRequest, Outcome
+from trioserve.core.sequences import mint_sequence_id
 from trioserve.runtime.jobs import Job, each_reply
 from trioserve.runtime.manager import ModelManager
 from trioserve.runtime.model import ModelVersion
@@ -72,11 +73,15 @@ class Dataplane:
         *,
         sequences: SequenceHeaders | None = None,
         limits: RequestLimits = DEFAULT_LIMITS,
+        forward: Callable[[InferenceRequest], Job] | None = None,
     ) -> None:
         self.manager = manager
         self.metrics = metrics
         self.sequences = sequences or SequenceHeaders()
         self.limits = limits
+        # In a serving process other than the control process: submits a request for a
+        # model the control process serves for everyone (runtime/forward.py).
+        self.forward = forward
 
     @property
     def sequence_header(self) -> str:
@@ -109,6 +114,8 @@ class Dataplane:
             if metrics is not None:
                 metrics.request_received(request.model, request.version)
             check_inputs(len(request.params), self.limits)
+            if model.forwarded and self.forward is not None:
+                return self._forward(model, request, began)
             stateful = model.queue if isinstance(model.queue, SequenceBatcher) else None
             if stateful is not None:
                 # A stateful model: every request belongs to a sequence, opened when the
@@ -125,6 +132,20 @@ class Dataplane:
                 metrics.request_outcome(outcome_of_error(error))
             raise
         return Call(job, began, metrics, request.sequence_id, stateful=stateful is not None)
+
+    def _forward(self, model: ModelVersion, request: InferenceRequest, began: float) -> Call:
+        """Hand ``request`` to the control process, which serves ``model`` for every serving
+        process. A stateful model's new sequence gets its id here, so that the adapter knows
+        it at once; the control process opens the sequence under that id."""
+        assert self.forward is not None
+        stateful = model.settings.sequence is not None
+        if stateful:
+            if not request.sequence_id:
+                request.sequence_id = mint_sequence_id()
+        elif request.sequence_id == "":
+            raise errors.bad_request("Parameter sequenceId is required.")
+        job = self.forward(request)
+        return Call(job, began, self.metrics, request.sequence_id, stateful=stateful)
 
 
 class Call:
@@ -217,6 +238,11 @@ class Call:
         """One more input of a streamed request (``end``: the last; ``params`` may then be
         empty). Inputs reach the worker in order, once the request is running there."""
         frame = encode_stream_input(self.request_id, params, end=end, headers=headers)
+        self._job.send_input(frame)
+
+    def send_input_frame(self, frame: bytes) -> None:
+        """:meth:`send_input` with the input already a STREAM_INPUT frame (one a serving
+        process forwarded)."""
         self._job.send_input(frame)
 
     async def __aenter__(self) -> Call:

@@ -92,6 +92,10 @@ class ModelManager:
         self._worker_ids = itertools.count(9000)
         self._lock = trio.Lock()
         self.pydeps = DependencyInstaller(settings.work_root / "pydeps")
+        # With several serving processes, in the control process: tells the other serving
+        # processes the registry's new state and returns once each has applied it
+        # (runtime/mirror.py). Called after every change to the registry or to the workers.
+        self.publish: Callable[[], Awaitable[None]] | None = None
 
     async def run(
         self, *, task_status: trio.TaskStatus[ModelManager] = trio.TASK_STATUS_IGNORED
@@ -230,6 +234,8 @@ class ModelManager:
         assert self._nursery is not None, "ModelManager.run() is not running"
         await self._nursery.start(_run_in_scope, model, scope)
         await model.scale(settings.min_workers, settings.max_workers)
+        model.workers_changed = self._publish
+        await self._publish()
         log.info(
             "registered model %s version %s with %d workers", name, version, settings.min_workers
         )
@@ -330,10 +336,41 @@ class ModelManager:
             target = self.registry.check_removable(name, version)
             entry = self.registry.remove(name, target)
         try:
+            await self._publish()  # the other serving processes let go of it first
             await entry.model.stop(self.settings.unregister_timeout)
         finally:
             entry.scope.cancel()
             await trio.to_thread.run_sync(remove_extracted, entry.loaded)
+
+    async def set_default(self, name: str, version: str) -> None:
+        self.registry.set_default(name, version)
+        await self._publish()
+
+    async def _publish(self) -> None:
+        if self.publish is not None:
+            await self.publish()
+
+    # -- another serving process's copy (runtime/mirror.py) ----------------------------
+
+    async def adopt(
+        self, settings: ModelSettings, loaded: archive.LoadedArchive, launcher: Launcher
+    ) -> ModelVersion:
+        """Add a model version the control process registered, with no workers yet (its
+        files are the control process's: never removed here)."""
+        model = ModelVersion(settings, self._pool(settings, loaded), launcher)
+        scope = trio.CancelScope()
+        self.registry.add(settings.name, settings.version, Entry(model, loaded, scope))
+        assert self._nursery is not None, "ModelManager.run() is not running"
+        await self._nursery.start(_run_in_scope, model, scope)
+        return model
+
+    async def release(self, name: str, version: str) -> None:
+        """Drop an adopted model version (the control process unregistered it)."""
+        entry = self.registry.remove(name, version)
+        try:
+            await entry.model.stop(self.settings.unregister_timeout)
+        finally:
+            entry.scope.cancel()
 
     async def load_startup_models(self, entries: tuple[str, ...], workers: int) -> list[str]:
         """Register ``load_models`` entries; returns the problems (one line each)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import trio
@@ -67,6 +67,15 @@ class ModelVersion:
         self._launcher = launcher
         self._nursery: trio.Nursery | None = None
         self._closed = False
+        # With several serving processes (runtime/mirror.py). In the control process:
+        # awaited after workers are added and before chosen ones stop, so that the other
+        # serving processes attach to new workers and detach from leaving ones first.
+        self.workers_changed: Callable[[], Awaitable[None]] | None = None
+        self.leaving: set[int] = set()  # ids of workers chosen to stop, not yet told
+        # In another serving process: the control process serves this model for everyone
+        # (runtime/forward.py); ``remote_ready`` is how many workers it has ready.
+        self.forwarded = False
+        self.remote_ready = 0
 
     @property
     def name(self) -> str:
@@ -120,17 +129,52 @@ class ModelVersion:
         if len(live) < min_workers:
             for _ in range(min_workers - len(live)):
                 await self._add_worker()
+            await self._workers_changed()
         elif len(live) > min_workers:
             # Idle workers go first, so busy ones finish their batch undisturbed.
             live.sort(key=lambda w: w.state is WorkerState.BUSY)
-            await self._remove_workers(live[: len(live) - min_workers], timeout=drain_timeout)
+            leaving = live[: len(live) - min_workers]
+            self.leaving.update(w.id for w in leaving)
+            try:
+                await self._workers_changed()
+                await self._remove_workers(leaving, timeout=drain_timeout)
+            finally:
+                self.leaving.difference_update(w.id for w in leaving)
 
-    async def _add_worker(self) -> None:
+    async def _workers_changed(self) -> None:
+        if self.workers_changed is not None:
+            await self.workers_changed()
+
+    @property
+    def shared_workers(self) -> list[WorkerSupervisor]:
+        """The workers other serving processes attach to: live ones not chosen to stop."""
+        return [w for w in self.live_workers if w.id not in self.leaving]
+
+    async def sync_workers(
+        self, workers: Sequence[tuple[int, str, int | None]], drain_timeout: float | None
+    ) -> None:
+        """In a serving process other than the control process: supervise exactly
+        ``workers`` (``(id, name, gpu_id)`` of the control process's workers): attach to new
+        ones, detach from the others (each finishes its batch in hand first)."""
+        wanted = {worker_id: (name, gpu) for worker_id, name, gpu in workers}
+        have = {w.id for w in self.live_workers}
+        for worker_id, (name, gpu) in wanted.items():
+            if worker_id not in have:
+                await self._add_worker(worker_id, name, gpu)
+        gone = [w for w in self.live_workers if w.id not in wanted]
+        if gone:
+            await self._remove_workers(gone, timeout=drain_timeout)
+
+    async def _add_worker(
+        self, worker_id: int | None = None, name: str | None = None, gpu: int | None = None
+    ) -> None:
         assert self._nursery is not None, "ModelVersion.run() is not running"
-        worker_id = self._pool.next_worker_id()
-        name = f"W-{worker_id}-{self.name}_{self.version}"
+        if worker_id is None:
+            worker_id = self._pool.next_worker_id()
+            gpu = self._pool.next_gpu()
+        if name is None:
+            name = f"W-{worker_id}-{self.name}_{self.version}"
         settings = self._pool.worker
-        gpu = self._pool.next_gpu()
         if gpu is not None:
             settings = replace(settings, load=replace(settings.load, gpu_id=gpu))
         worker = WorkerSupervisor(worker_id, name, settings, self.queue, self._launcher)
@@ -192,6 +236,8 @@ class ModelVersion:
 
     @property
     def ready_workers(self) -> int:
+        if self.forwarded:
+            return self.remote_ready
         return sum(1 for w in self.workers if w.serving)
 
     @property

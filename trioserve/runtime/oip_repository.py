@@ -10,11 +10,26 @@ register when the model API is disabled.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.runtime.dataplane import Dataplane
-from trioserve.runtime.management import ManagementService, model_api_disabled
+from trioserve.runtime.management import model_api_disabled
+
+
+class ModelControl(Protocol):
+    """What loading and unloading need: the control process's
+    :class:`~trioserve.runtime.management.ManagementService`, or in another serving process
+    its stand-in, which makes the same calls over the link."""
+
+    @property
+    def enable_model_api(self) -> bool: ...
+
+    async def register(self, params: Mapping[str, Any]) -> object: ...
+
+    async def unregister(self, name: str, version: str | None) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +55,7 @@ def index(dataplane: Dataplane, *, only_ready: bool = False) -> list[IndexEntry]
     return listed
 
 
-async def load(dataplane: Dataplane, management: ManagementService, name: str) -> None:
+async def load(dataplane: Dataplane, management: ModelControl, name: str) -> None:
     """Register ``name`` from the model store, ``<name>.mar`` or else the folder ``<name>``,
     with one worker unless its model-config says otherwise. A model already registered
     stays as it is."""
@@ -61,7 +76,7 @@ async def load(dataplane: Dataplane, management: ManagementService, name: str) -
         await management.register({**params, "url": name})
 
 
-async def unload(dataplane: Dataplane, management: ManagementService, name: str) -> None:
+async def unload(dataplane: Dataplane, management: ModelControl, name: str) -> None:
     """Unregister every version of ``name`` (404 when none is registered)."""
     if not management.enable_model_api:
         raise model_api_disabled()
@@ -69,4 +84,4 @@ async def unload(dataplane: Dataplane, management: ManagementService, name: str)
         await management.unregister(name, version)
 
 
-__all__ = ["IndexEntry", "index", "load", "unload"]
+__all__ = ["IndexEntry", "ModelControl", "index", "load", "unload"]
