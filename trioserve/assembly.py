@@ -69,7 +69,8 @@ def startup_workers(config: ServerConfig) -> int:
     return config.default_workers_per_model or (os.cpu_count() or 1)
 
 
-def make_launcher(config: ServerConfig) -> SubprocessLauncher:
+def make_launcher(config: ServerConfig, listen_dir: Path | None = None) -> SubprocessLauncher:
+    """``listen_dir``: each worker also listens there for the other serving processes."""
     env = worker_environment(
         os.environ,
         blacklist=config.blacklist_env_vars,
@@ -80,7 +81,7 @@ def make_launcher(config: ServerConfig) -> SubprocessLauncher:
             config.ts_header_key_sequence_end,
         ),
     )
-    return SubprocessLauncher(env)
+    return SubprocessLauncher(env, listen_dir=listen_dir)
 
 
 def manager_settings(

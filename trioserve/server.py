@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 import signal
+import socket
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -65,12 +66,15 @@ from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app
 from trioserve.metrics import ServerMetrics, sample_system_forever
+from trioserve.processes import Shared, open_shared, other_processes
 from trioserve.runtime.dataplane import Dataplane
 from trioserve.runtime.launcher import Launcher
 from trioserve.runtime.management import ManagementService
 from trioserve.runtime.manager import (
     ModelManager,
 )
+from trioserve.runtime.oip_repository import ModelControl
+from trioserve.runtime.serving_control import ServingProcesses
 
 log = logging.getLogger("trioserve.server")
 
@@ -89,33 +93,50 @@ class ServerInfo:
 SYSTEM_METRICS_INTERVAL = 60.0
 
 
+def inference_app(
+    config: ServerConfig,
+    dataplane: Dataplane,
+    control: ModelControl,
+    tokens: TokenStore | None,
+    metrics: ServerMetrics,
+) -> tuple[str, QuartTrio, Address, FastPath | None]:
+    """The inference API (every serving process runs one) and its fast path."""
+    return (
+        "inference",
+        create_inference_app(
+            dataplane,
+            max_request_size=config.max_request_size,
+            tokens=tokens,
+            metrics=metrics,
+            management=control,
+        ),
+        config.inference_address,
+        fast_path(dataplane, tokens=tokens, management=control),
+    )
+
+
 def build_apps(
     config: ServerConfig,
     dataplane: Dataplane,
     management: ManagementService,
     tokens: TokenStore | None,
     metrics: ServerMetrics,
+    others: ServingProcesses | None = None,
 ) -> list[tuple[str, QuartTrio, Address, FastPath | None]]:
     """Each HTTP API with the address it listens on, and the fast path that answers its hot
-    routes without Quart (the inference API's predictions), if it has one."""
+    routes without Quart (the inference API's predictions), if it has one. ``others``: the
+    other serving processes, told of new keys; the metrics API shows their totals too."""
     limit = config.max_request_size
     apps: list[tuple[str, QuartTrio, Address, FastPath | None]] = [
-        (
-            "inference",
-            create_inference_app(
-                dataplane,
-                max_request_size=limit,
-                tokens=tokens,
-                metrics=metrics,
-                management=management,
-            ),
-            config.inference_address,
-            fast_path(dataplane, tokens=tokens, management=management),
-        ),
+        inference_app(config, dataplane, management, tokens, metrics),
         (
             "management",
             create_management_app(
-                management, max_request_size=limit, tokens=tokens, metrics=metrics
+                management,
+                max_request_size=limit,
+                tokens=tokens,
+                metrics=metrics,
+                tokens_changed=None if others is None else others.publish,
             ),
             config.management_address,
             None,
@@ -143,6 +164,7 @@ def http_service(
     shutdown: trio.Event,
     cors: Cors | None = None,
     tls: ServerTls | None = None,
+    opened: tuple[list[trio.SocketListener], list[str]] | None = None,
 ) -> Callable[..., Awaitable[None]]:
     """The listener of one HTTP API: trioserve's own HTTP/1.1 server where a fast path
     answers the hot routes, hypercorn for the others."""
@@ -167,7 +189,32 @@ def http_service(
         on_response=metrics.http_status,
         extra_headers=[] if cors is None else cors.answer_headers(),
     )
-    return partial(front.serve, address, shutdown_trigger=shutdown.wait)
+    return partial(front.serve, address, shutdown_trigger=shutdown.wait, opened=opened)
+
+
+def grpc_inference(
+    config: ServerConfig,
+    dataplane: Dataplane,
+    control: ModelControl,
+    draining: Callable[[], bool] = lambda: False,
+    tls: ServerTls | None = None,
+    sock: socket.socket | None = None,
+) -> GrpcListener:
+    """TorchServe's gRPC inference service (7070), with the Open Inference Protocol's
+    ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health`` beside it (every
+    serving process runs it; ``sock``: its listening socket, opened already)."""
+    inference: list[Service] = [
+        InferenceRpcs(dataplane),
+        oip_service(dataplane, config.oip_grpc_stream_shape, control),
+    ]
+    names = [INFERENCE_SERVICE, OIP_SERVICE]
+    return GrpcListener(
+        "grpc_inference",
+        (config.grpc_inference_address, config.grpc_inference_port),
+        [*inference, HealthRpcs(dataplane, names, draining)],
+        None if tls is None else tls.grpc,
+        sock,
+    )
 
 
 def grpc_listeners(
@@ -176,23 +223,13 @@ def grpc_listeners(
     management: ManagementService,
     draining: Callable[[], bool] = lambda: False,
     tls: ServerTls | None = None,
+    sock: socket.socket | None = None,
 ) -> list[GrpcListener]:
-    """TorchServe's gRPC inference (7070) and management (7071) services; the Open
-    Inference Protocol's ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``
-    beside the inference one."""
+    """TorchServe's gRPC inference (7070, see :func:`grpc_inference`) and management
+    (7071) services."""
     grpc_tls = None if tls is None else tls.grpc
-    inference: list[Service] = [
-        InferenceRpcs(dataplane),
-        oip_service(dataplane, config.oip_grpc_stream_shape, management),
-    ]
-    names = [INFERENCE_SERVICE, OIP_SERVICE]
     return [
-        GrpcListener(
-            "grpc_inference",
-            (config.grpc_inference_address, config.grpc_inference_port),
-            [*inference, HealthRpcs(dataplane, names, draining)],
-            grpc_tls,
-        ),
+        grpc_inference(config, dataplane, management, draining, tls, sock),
         GrpcListener(
             "grpc_management",
             (config.grpc_management_address, config.grpc_management_port),
@@ -213,6 +250,17 @@ async def _watch_signals(shutdown: trio.Event, force: Callable[[], None]) -> Non
                 force()
 
 
+async def _drain_others(
+    others: ServingProcesses, shutdown: trio.Event, config: ServerConfig
+) -> None:
+    """At shutdown the other serving processes drain as this one does; the workers they
+    use stop only once they have (or after the grace)."""
+    await shutdown.wait()
+    others.drain()
+    with trio.move_on_after(config.shutdown_grace_seconds + 5):
+        await others.stopped.wait()
+
+
 async def serve(
     config: ServerConfig,
     *,
@@ -224,8 +272,13 @@ async def serve(
     """Run the server until shutdown. ``task_status.started`` fires once it is ready."""
     if shutdown is None:
         shutdown = trio.Event()
-    launcher = launcher or make_launcher(config)
     work_root = Path(tempfile.mkdtemp(prefix="trioserve-models-"))
+    # With several serving processes, each worker also listens for them (runtime/attach.py).
+    listen_dir = work_root / "w" if config.serving_processes > 1 else None
+    if listen_dir is not None:
+        listen_dir.mkdir(mode=0o700)
+    launcher = launcher or make_launcher(config, listen_dir)
+    shared: Shared | None = None
     warn_about_settings(config)
     tokens = create_tokens(config)  # in memory; published once every listener is bound
     # Blocking at start (nvidia-smi, reading PEM files): in a thread, once.
@@ -256,11 +309,21 @@ async def serve(
             await root.start(sample_system_forever, metrics, SYSTEM_METRICS_INTERVAL)
             management = management_service(config, manager)
             dataplane = build_dataplane(config, manager, metrics)
+            others: ServingProcesses | None = None
+            if listen_dir is not None:
+                shared = await open_shared(config)
+                others = other_processes(
+                    config, manager, management, tokens, shared, listen_dir, gpus
+                )
+                manager.publish = others.publish
+                await root.start(others.run)
             async with trio.open_nursery() as listeners:
+                if others is not None:
+                    listeners.start_soon(_drain_others, others, shutdown, config)
                 bound: dict[str, list[str]] = {}
                 cors = cors_settings(config)
                 for api, app, address, fast in build_apps(
-                    config, dataplane, management, tokens, metrics
+                    config, dataplane, management, tokens, metrics, others
                 ):
                     install_cors(app, cors)
                     bound[api] = await listeners.start(
@@ -273,13 +336,21 @@ async def serve(
                             shutdown=shutdown,
                             cors=cors,
                             tls=tls,
+                            opened=shared.http if shared is not None and fast else None,
                         )
                     )
                 bound.update(
                     await listeners.start(
                         partial(
                             serve_grpc,
-                            grpc_listeners(config, dataplane, management, shutdown.is_set, tls),
+                            grpc_listeners(
+                                config,
+                                dataplane,
+                                management,
+                                shutdown.is_set,
+                                tls,
+                                None if shared is None else shared.grpc,
+                            ),
                             tokens=tokens,
                             max_request_size=config.max_request_size,
                             limits=config.request_limits,
@@ -307,6 +378,8 @@ async def serve(
             log.info("listeners closed; stopping workers")
             root.cancel_scope.cancel()
     finally:
+        if shared is not None:
+            shared.close()
         shutil.rmtree(work_root, ignore_errors=True)
         if tokens is not None:
             tokens.remove_file()

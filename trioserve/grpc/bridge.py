@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import struct
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -318,6 +319,9 @@ class GrpcListener:
     address: HostPort
     services: Sequence[Service]
     tls: ssl.SSLContext | None = None  # enable_grpc_ssl
+    # A listening socket opened already (several serving processes share one); closed
+    # with the server, while the processes that share it keep their own copies.
+    sock: socket.socket | None = None
 
 
 async def serve_grpc(
@@ -349,7 +353,7 @@ async def serve_grpc(
             bridge = _Bridge(Dispatcher(gate, tokens), max_request_size, portal, limits)
             for planned in listeners_plan:
                 api = planned.api
-                sock = listening_socket(*planned.address)
+                sock = planned.sock or listening_socket(*planned.address)
                 url = socket_url(sock)
                 try:
                     servables = [

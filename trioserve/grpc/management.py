@@ -124,7 +124,7 @@ class ManagementRpcs:
     async def set_default(
         self, request: SetDefaultRequest, _context: RpcContext
     ) -> ManagementResponse:
-        return _respond(self._service.set_default(request.model_name, request.model_version))
+        return _respond(await self._service.set_default(request.model_name, request.model_version))
 
     async def unregister_model(
         self, request: UnregisterModelRequest, _context: RpcContext

@@ -106,11 +106,15 @@ class Front:
         *,
         shutdown_trigger: Callable[[], Awaitable[None]],
         accept: Acceptor | None = None,
+        opened: tuple[list[trio.SocketListener], list[str]] | None = None,
         task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """``opened``: listeners opened already, with their URLs (several serving processes
+        share them; each closes its own copies, and a Unix socket file is left to whoever
+        opened it)."""
         if address.is_tls and self.settings.ssl_context is None:
             raise ValueError(f"{address.url()}: an https address needs a certificate and key")
-        listeners, bound = await open_listeners(address, self.settings.backlog)
+        listeners, bound = opened or await open_listeners(address, self.settings.backlog)
         try:
             async with trio.open_nursery() as outer:
                 lifespan = Lifespan(self.app)
@@ -123,7 +127,7 @@ class Front:
             for listener in listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
-            if address.is_unix and address.path:
+            if address.is_unix and address.path and opened is None:
                 remove_socket_file(address.path)
 
     async def accept_until(

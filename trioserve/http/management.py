@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -44,7 +44,10 @@ def create_management_app(
     max_request_size: int,
     tokens: TokenStore | None = None,
     metrics: ServerMetrics | None = None,
+    tokens_changed: Callable[[], Awaitable[None]] | None = None,
 ) -> QuartTrio:
+    """``tokens_changed``: awaited after ``/token`` replaced a key, before it answers (the
+    other serving processes take the new key)."""
     app = new_app("trioserve.management", max_request_size, metrics)
     install_token_check(app, tokens, KeyKind.MANAGEMENT, exempt=DOC_ROUTES | {("GET", "/token")})
 
@@ -61,6 +64,8 @@ def create_management_app(
         await trio.to_thread.run_sync(
             tokens.regenerate, request.args.get("type", ""), bearer(request.headers.items())
         )
+        if tokens_changed is not None:
+            await tokens_changed()
         return Response("\n", status=200, content_type="text/plain")
 
     @app.get("/models")
@@ -87,7 +92,7 @@ def create_management_app(
 
     @app.put("/models/<model_name>/<model_version>/set-default")
     async def set_default(model_name: str, model_version: str) -> Response:
-        return outcome_response(service.set_default(model_name, model_version))
+        return outcome_response(await service.set_default(model_name, model_version))
 
     @app.delete("/models/<model_name>")
     @app.delete("/models/<model_name>/<model_version>")

@@ -343,8 +343,8 @@ class ManagementService:
         body["models"] = models
         return Outcome(200, body)
 
-    def set_default(self, name: str, version: str) -> Outcome:
-        self.manager.registry.set_default(name, version)
+    async def set_default(self, name: str, version: str) -> Outcome:
+        await self.manager.set_default(name, version)
         return Outcome(
             200,
             {"status": f'Default version successfully updated for model "{name}" to "{version}"'},

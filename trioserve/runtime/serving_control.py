@@ -68,6 +68,7 @@ class Setup:
     grpc_fd: int | None  # the gRPC inference port's listening socket
     listen_dir: str  # where the workers' attach sockets are (runtime/attach.py)
     log_level: str
+    gpus: int  # how many GPUs the control process places workers on
 
 
 ModelCall = Callable[[str, tuple[Any, ...]], Awaitable[object]]
@@ -115,6 +116,7 @@ class ServingProcesses:
         self._members: dict[int, _Member] = {}
         self._numbers = itertools.count(1)
         self._draining = False
+        self.stopped = trio.Event()  # every other serving process has ended
         self.restarts = 0
         self.pids: dict[int, int] = {}  # index -> pid of the running process
 
@@ -166,11 +168,14 @@ class ServingProcesses:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run serving processes 1 .. count-1 until drained (or cancelled)."""
-        async with trio.open_nursery() as nursery:
-            for index in range(1, self.count):
-                nursery.start_soon(self._supervise, index)
-            nursery.start_soon(self._tell_ready_workers)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                for index in range(1, self.count):
+                    nursery.start_soon(self._supervise, index)
+                task_status.started()
+                await self._tell_ready_workers()
+        finally:
+            self.stopped.set()
 
     async def _supervise(self, index: int) -> None:
         backoff = Backoff()
@@ -276,7 +281,7 @@ class ServingProcesses:
     async def _tell_ready_workers(self) -> None:
         """Tell each serving process how many workers each forwarded model has ready (its
         health and readiness answers use it), when that changes."""
-        while True:
+        while not self._draining or self._members:
             ready = {
                 (name, version): entry.model.ready_workers
                 for name, version, entry in self._manager.registry
