@@ -228,3 +228,105 @@ async def test_two_servers_in_one_process_serve_their_own_metrics() -> None:
             1.0,
         )
     ]
+
+
+# -- several serving processes: the page shows the server's totals -----------------------
+
+
+def serving_process() -> ServerMetrics:
+    """Another serving process's metrics: two more requests, its own handler gauge."""
+    other = ServerMetrics(hostname=HOST)
+    for _ in range(2):
+        other.request_received("resnet", None)
+    other.request_received("bert", "2")
+    other.http_status(200)
+    other.handler_metrics(
+        "resnet",
+        "1.0",
+        [
+            {
+                "name": "HandlerTime",
+                "unit": "Milliseconds",
+                "value": 1.5,
+                "type": "GAUGE",
+                "dimensions": {"ModelName": "resnet", "Level": "Model"},
+            }
+        ],
+    )
+    return other
+
+
+def others_giving(
+    *processes: ServerMetrics,
+) -> tuple[Callable[[], Awaitable[list[bytes]]], list[int]]:
+    """An ``others`` that gives the expositions of ``processes``, and its call count."""
+    calls: list[int] = []
+
+    async def others() -> list[bytes]:
+        calls.append(1)
+        return [process.exposition() for process in processes]
+
+    return others, calls
+
+
+async def test_with_other_processes_the_page_shows_the_totals(metrics: ServerMetrics) -> None:
+    others, calls = others_giving(serving_process(), ServerMetrics(mode="log", hostname=HOST))
+    app = create_metrics_app(metrics, max_request_size=1024, others=others)
+    response = await app.test_client().get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"] == CONTENT_TYPE
+    parsed = parse(await response.get_data(as_text=False))
+    assert calls == [1]
+    labels = {"model_name": "resnet", "model_version": "default", "hostname": HOST}
+    bert = {"model_name": "bert", "model_version": "2", "hostname": HOST}
+    assert parsed["ts_inference_requests"] == [
+        ("ts_inference_requests_total", labels, 3.0),
+        ("ts_inference_requests_total", bert, 1.0),
+    ]
+    # Only the control process had a request finish.
+    assert parsed["ts_inference_latency_microseconds"] == [
+        ("ts_inference_latency_microseconds_total", labels, 1200.0)
+    ]
+    model = {"ModelName": "resnet", "Level": "Model", "Hostname": HOST}
+    assert parsed["HandlerTime"] == [("HandlerTime", model, 5.0)]  # 3.5 + 1.5
+    assert parsed["Requests2XX"] == [
+        ("Requests2XX_total", {"Level": "Host", "Hostname": HOST}, 1.0)
+    ]
+    assert list(parsed) == list(parse(metrics.exposition()))
+
+
+async def test_the_name_filter_applies_to_the_totals(metrics: ServerMetrics) -> None:
+    others, _ = others_giving(serving_process())
+    client = create_metrics_app(metrics, max_request_size=1024, others=others).test_client()
+    response = await client.get("/metrics?name[]=HandlerTime&name[]=ts_inference_requests_total")
+    assert response.status_code == 200
+    parsed = parse(await response.get_data(as_text=False))
+    assert set(parsed) == {"HandlerTime", "ts_inference_requests"}
+    assert [value for _, _, value in parsed["ts_inference_requests"]] == [3.0, 1.0]
+    # The control process's own responses are counted, and added to the other's.
+    response = await client.get("/metrics", query_string={"name[]": "Requests2XX"})
+    parsed = parse(await response.get_data(as_text=False))
+    assert parsed == {
+        "Requests2XX": [("Requests2XX_total", {"Level": "Host", "Hostname": HOST}, 2.0)]
+    }
+    response = await client.get("/metrics?name[]=nothing")
+    assert response.status_code == 200
+    assert await response.get_data(as_text=False) == b""
+
+
+async def test_without_answers_from_the_others_the_page_is_the_own(
+    metrics: ServerMetrics,
+) -> None:
+    others, calls = others_giving()
+    app = create_metrics_app(metrics, max_request_size=1024, others=others, count_requests=False)
+    assert await page(app, "/metrics") == metrics.exposition()
+    assert await page(app, NAME_FILTER) == metrics.exposition(["ts_inference_requests_total"])
+    assert calls == [1, 1]
+
+
+async def test_in_log_mode_the_others_are_not_asked() -> None:
+    metrics = ServerMetrics(mode="log", hostname=HOST)
+    others, calls = others_giving(serving_process())
+    app = create_metrics_app(metrics, max_request_size=1024, others=others)
+    assert await page(app, "/metrics") == b""
+    assert calls == []

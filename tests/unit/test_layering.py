@@ -63,6 +63,10 @@ def test_core_is_sans_io() -> None:
     assert offenders == {}
 
 
+def test_the_metrics_merge_is_sans_io() -> None:
+    assert imported_roots(PACKAGE / "metrics" / "merge.py") & IO_MODULES == set()
+
+
 def test_importing_core_loads_no_io_library() -> None:
     code = (
         "import sys, trioserve.core.frames, trioserve.core.messages, trioserve.core.registry, "

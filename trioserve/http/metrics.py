@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quart import Response, request
@@ -12,6 +13,7 @@ from trioserve.core import errors
 from trioserve.http.bodies import NO_CACHE_HEADERS
 from trioserve.http.common import json_response, new_app
 from trioserve.http.openapi import metrics_document
+from trioserve.metrics.merge import merge_expositions
 from trioserve.metrics.registry import CONTENT_TYPE, ServerMetrics
 
 # TorchServe serves the metrics page whatever the method (HEAD comes with GET).
@@ -20,15 +22,33 @@ ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
 def create_metrics_app(
-    metrics: ServerMetrics, *, max_request_size: int, count_requests: bool = True
+    metrics: ServerMetrics,
+    *,
+    max_request_size: int,
+    count_requests: bool = True,
+    others: Callable[[], Awaitable[list[bytes]]] | None = None,
 ) -> QuartTrio:
     """The metrics API app. With ``count_requests`` its own responses are counted in
-    Requests2XX/4XX/5XX, as TorchServe counts every response of every port."""
+    Requests2XX/4XX/5XX, as TorchServe counts every response of every port.
+
+    With ``others`` (several serving processes) a scrape awaits ``others()``, the unfiltered
+    expositions of the other serving processes, and serves the server's totals: the merge
+    of ``metrics`` and theirs (:mod:`trioserve.metrics.merge`), filtered by ``name[]``
+    afterwards. ``others()`` bounds its own wait and leaves out a process that does not
+    answer. In ``log`` mode nothing is exported, and ``others`` is not called."""
     app = new_app("trioserve.metrics", max_request_size, metrics if count_requests else None)
 
+    async def page(names: list[str]) -> bytes:
+        if others is None or metrics.mode == "log":
+            return metrics.exposition(names or None)
+        theirs = await others()
+        if not theirs:
+            return metrics.exposition(names or None)
+        return merge_expositions([metrics.exposition(), *theirs], names or None)
+
     async def metrics_page(rest: str | None = None) -> Response:
-        names = request.args.getlist("name[]")
-        response = Response(metrics.exposition(names or None), status=200)
+        body = await page(request.args.getlist("name[]"))
+        response = Response(body, status=200)
         response.headers["Content-Type"] = CONTENT_TYPE
         response.headers.update(NO_CACHE_HEADERS)
         return response

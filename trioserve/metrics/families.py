@@ -25,6 +25,8 @@ __all__ = [
     "Family",
     "Filtered",
     "GaugeSource",
+    "answers_to",
+    "family_names",
     "ignore_update",
     "lazy_child",
     "without_created",
@@ -135,6 +137,15 @@ class Filtered:
 
     def collect(self) -> Iterator[Metric]:
         for metric in self._source.collect():
-            known = exposed_names(metric.name, metric.type) | {s.name for s in metric.samples}
-            if known & self._names:
+            if answers_to(metric, self._names):
                 yield metric
+
+
+def family_names(metric: Metric) -> frozenset[str]:
+    """Every name a collected family uses in the exposition (family and sample names)."""
+    return exposed_names(metric.name, metric.type) | {s.name for s in metric.samples}
+
+
+def answers_to(metric: Metric, names: frozenset[str]) -> bool:
+    """Whether ``?name[]=`` with ``names`` shows the collected family ``metric``."""
+    return not family_names(metric).isdisjoint(names)
