@@ -146,7 +146,11 @@ def build_apps(
         apps.append(
             (
                 "metrics",
-                create_metrics_app(metrics, max_request_size=limit),
+                create_metrics_app(
+                    metrics,
+                    max_request_size=limit,
+                    others=None if others is None else others.metrics,
+                ),
                 config.metrics_address,
                 None,
             )
