@@ -165,7 +165,8 @@ class ForwardedCalls:
         streamed = call.request.streamed
         sent = 0
         try:
-            async for reply, final in call.replies():
+            while True:
+                reply, final = await call.next_reply()
                 self._post((REPLY, number, reply_tuple(reply), final))
                 if final:
                     return
@@ -175,7 +176,7 @@ class ForwardedCalls:
                     forwarded.wake = trio.Event()
         except ServeError as error:
             self._post((FAILED, number, *error_tuple(error)))
-        except trio.ClosedResourceError:
+        except (trio.ClosedResourceError, trio.EndOfChannel):
             pass  # cancelled by its client
         finally:
             call.cancel()

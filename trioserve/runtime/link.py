@@ -107,7 +107,10 @@ class Link:
         reader = FrameReader()
         sock, fd = self._socket, self._fd
         while True:
-            await trio.lowlevel.wait_readable(sock)
+            try:
+                await trio.lowlevel.wait_readable(sock)
+            except trio.ClosedResourceError:
+                return  # closed here: the link is over
             try:
                 data = os.read(fd, _READ_SIZE)
             except BlockingIOError:
