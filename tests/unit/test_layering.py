@@ -96,6 +96,8 @@ LAYERS = {
     "trioserve.server": ("wiring", 3),
     "trioserve.assembly": ("wiring", 3),
     "trioserve.foreground": ("wiring", 3),
+    "trioserve.processes": ("wiring", 3),
+    "trioserve.serving_process": ("wiring", 3),
     "trioserve.dev": ("wiring", 3),
     # The command line sits on top: it wires the commands (dev among them), none imports it.
     "trioserve.cli": ("command line", 4),
