@@ -5,7 +5,7 @@ ports for both servers) and its load tools (wrk for HTTP/1.1, h2load for gRPC, o
 connection with C streams). For each configuration, TorchServe then trioserve: start,
 warm up, then for each protocol and concurrency a short warm-up and a measured run. Around
 each measured run the CPU time of the server's process tree is read from ``/proc`` (psutil),
-split into the server (the main process, plus for trioserve its ingress processes) and the
+split into the server (the main process, plus for trioserve its other serving processes) and the
 workers (the model's worker processes), and divided by the requests served.
 
     .venv/bin/python benchmarks/ts_ratio.py [--secs 5] [--concs 1,16,64] [--configs w2b8,w1b1]
@@ -17,6 +17,9 @@ trioserve source in DIR (an older checkout, e.g. ``git worktree add /tmp/base <c
 the built ``_collate*.so`` copied in) run from this venv with ``PYTHONPATH=DIR``, so that a
 "ratio before" column comes from the same run (``--peers ts,base,trio``). ``--compare`` reads
 an earlier ``--tsv`` and takes that column from its trioserve rows instead.
+Peer ``trioN`` (``trio2``, ``trio4``...) is trioserve with ``serving_processes = N`` (started
+through a wrapper that adds ``--serving-processes N``), so that one run compares one
+serving process, N of them and TorchServe (``--peers ts,trio,trio2``).
 Needs /tmp/ts-venv (see ../shared/bench/README.md), wrk and h2load. Loopback only; every
 run is bounded by time (wrk -d) or count (h2load -n) and a timeout.
 """
@@ -53,6 +56,31 @@ LABELS = {
 PEERS = {"ts": "torchserve", "trio": "trioserve", "base": "trioserve"}
 
 
+def _script_peer(peer: str) -> str:
+    """The ../shared/bench peer that runs ``peer`` (``trioN``: trioserve)."""
+    return "trioserve" if re.fullmatch(r"trio\d+", peer) else PEERS[peer]
+
+
+def _is_trioserve(peer: str) -> bool:
+    return _script_peer(peer) == "trioserve"
+
+
+def _wrapper(count: int) -> Path:
+    """A venv-like folder whose ``bin/trioserve`` is this venv's, with
+    ``--serving-processes`` added to ``start`` (the harness's start script is used as is)."""
+    folder = Path(f"/tmp/bench/trio{count}-venv")
+    (folder / "bin").mkdir(parents=True, exist_ok=True)
+    real = ROOT / ".venv" / "bin" / "trioserve"
+    script = folder / "bin" / "trioserve"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = start ]; then shift; exec {real} start --serving-processes {count} "$@"; fi\n'
+        f'exec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    return folder
+
+
 @dataclass
 class Row:
     config: str
@@ -79,7 +107,7 @@ def _is_worker(proc: psutil.Process, peer: str) -> bool:
         cmdline = " ".join(proc.cmdline())
     except psutil.Error:
         return False
-    if peer in ("trio", "base"):
+    if _is_trioserve(peer):
         return "trioserve.worker" in cmdline
     return "model_service_worker" in cmdline
 
@@ -119,8 +147,10 @@ def run_load(proto: str, conc: int, secs: float, rate_hint: float | None) -> str
 
 
 def start(peer: str, workers: int, batch: int, base_tree: Path | None) -> int:
-    script = BENCH / "peers" / PEERS[peer] / "start.sh"
+    script = BENCH / "peers" / _script_peer(peer) / "start.sh"
     env = dict(os.environ, WORKERS=str(workers), BATCH=str(batch), PROJECT=str(ROOT))
+    if re.fullmatch(r"trio\d+", peer):
+        env["TRIOSERVE_VENV"] = str(_wrapper(int(peer[4:])))
     if peer == "base":
         if base_tree is None:
             raise SystemExit("the peer 'base' needs --base-tree")
@@ -132,7 +162,7 @@ def start(peer: str, workers: int, batch: int, base_tree: Path | None) -> int:
 
 
 def stop(peer: str) -> None:
-    script = BENCH / "peers" / PEERS[peer] / "stop.sh"
+    script = BENCH / "peers" / _script_peer(peer) / "stop.sh"
     subprocess.run([str(script)], env=dict(os.environ, PROJECT=str(ROOT)), capture_output=True)
 
 
@@ -255,6 +285,35 @@ def render(rows: list[Row], before: list[Row] | None) -> str:
     return "\n".join(lines)
 
 
+def render_peers(rows: list[Row]) -> str:
+    """Every trioserve peer against TorchServe: rps, ratio, CPU per request, cores, RSS."""
+    peers = sorted({r.peer for r in rows if r.peer != "ts"})
+    head = "| config | proto | c | TS rps | TS cores | TS RSS MB |" + "".join(
+        f" {p} rps | {p}/TS | {p} server µs | {p} worker µs | {p} cores | {p} RSS MB |"
+        for p in peers
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    index = {(r.config, r.proto, r.conc, r.peer): r for r in rows}
+    keys = sorted(
+        {(r.config, r.proto, r.conc) for r in rows},
+        key=lambda k: (list(CONFIGS).index(k[0]), k[1] != "http", k[2]),
+    )
+    for config, proto, conc in keys:
+        ts = index.get((config, proto, conc, "ts"))
+        cells = [LABELS[config], "HTTP" if proto == "http" else "gRPC", str(conc)]
+        cells += [f"{ts.rps:.0f}", f"{ts.cores:.2f}", f"{ts.rss_mb:.0f}"] if ts else ["-"] * 3
+        for peer in peers:
+            r = index.get((config, proto, conc, peer))
+            if r is None:
+                cells += ["-"] * 6
+                continue
+            ratio = f"{r.rps / ts.rps:.2f}" if ts else "-"
+            cells += [f"{r.rps:.0f}", ratio, f"{r.server_us:.0f}", f"{r.worker_us:.0f}"]
+            cells += [f"{r.cores:.2f}", f"{r.rss_mb:.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--secs", type=float, default=5)
@@ -280,7 +339,10 @@ def main() -> None:
     if args.tsv:
         write_tsv(args.tsv, rows)
     before = read_tsv(args.compare) if args.compare else None
-    print(render(rows, before))
+    if any(re.fullmatch(r"trio\d+", r.peer) for r in rows):
+        print(render_peers(rows))
+    else:
+        print(render(rows, before))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,11 @@ def _start_parser(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="refuse to start when the config file sets a key trioserve does not use",
     )
+    parser.add_argument(
+        "--serving-processes",
+        metavar="N",
+        help="serving processes on the inference ports, sharing the workers (serving_processes)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("TRIOSERVE_LOG_LEVEL", "INFO"))
 
 
@@ -91,6 +96,7 @@ def _cli_options(args: argparse.Namespace) -> CliOptions:
         enable_envvars_config=args.enable_envvars_config,
         foreground=args.foreground,
         strict_config=args.strict_config,
+        serving_processes=args.serving_processes,
     )
 
 

@@ -267,6 +267,8 @@ def load_config(cli: CliOptions, env: Mapping[str, str], cwd: Path) -> ServerCon
         raw["enable_model_api"] = RawValue("true", "by --enable-model-api")
     if cli.enable_envvars_config:
         raw["enable_envvars_config"] = RawValue("true", "by --enable-envvars-config")
+    if cli.serving_processes is not None:
+        raw["serving_processes"] = RawValue(cli.serving_processes, "by --serving-processes")
 
     # the environment; the switches themselves only come from the file
     from_file = Values(raw)

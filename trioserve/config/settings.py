@@ -78,6 +78,7 @@ class CliOptions:
     enable_envvars_config: bool = False  # TS_* variables apply whatever the file says
     foreground: bool = False
     strict_config: bool = False  # a key the server does not use is an error, not a warning
+    serving_processes: str | None = None  # --serving-processes N
 
 
 _INFERENCE_ADDRESS: Final = Address("http", LOOPBACK, 8080)
