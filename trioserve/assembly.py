@@ -22,8 +22,9 @@ from trioserve.archive import ArchiveError
 from trioserve.archive.download import download
 from trioserve.auth import TokenStore
 from trioserve.config import ConfigError, ServerConfig
+from trioserve.core import errors
 from trioserve.core.gpus import GpuPlan, visible_gpu_count
-from trioserve.core.model_settings import ServerDefaults
+from trioserve.core.model_settings import RegisterOptions, ServerDefaults
 from trioserve.core.request import InferenceRequest
 from trioserve.http.cors import Cors
 from trioserve.metrics import ServerMetrics
@@ -32,7 +33,7 @@ from trioserve.runtime.jobs import Job
 from trioserve.runtime.launcher import SubprocessLauncher, worker_environment
 from trioserve.runtime.management import ManagementService
 from trioserve.runtime.manager import ManagerSettings, ModelManager
-from trioserve.runtime.model_sources import archive_error
+from trioserve.runtime.model_sources import archive_error, expand_load_models
 from trioserve.runtime.sequences import SequenceHeaders
 
 log = logging.getLogger("trioserve.server")
@@ -141,6 +142,26 @@ def build_dataplane(
     return Dataplane(
         manager, metrics, sequences=sequences, limits=config.request_limits, forward=forward
     )
+
+
+async def load_startup_models(
+    manager: ModelManager, entries: tuple[str, ...], workers: int
+) -> list[str]:
+    """Register ``load_models`` entries; returns the problems (one line each)."""
+    problems: list[str] = []
+    for name, url in expand_load_models(entries, manager.settings.model_store):
+        options = RegisterOptions(
+            url=url,
+            model_name=name,
+            initial_workers=workers,
+            synchronous=False,
+            loaded_at_startup=True,
+        )
+        try:
+            await manager.register(options)
+        except errors.ServeError as exc:
+            problems.append(f"{url}: {exc.message}")
+    return problems
 
 
 def cors_settings(config: ServerConfig) -> Cors | None:

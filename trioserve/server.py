@@ -41,6 +41,7 @@ from trioserve.assembly import (
     build_dataplane,
     cors_settings,
     create_tokens,
+    load_startup_models,
     load_tls,
     make_launcher,
     management_service,
@@ -300,8 +301,8 @@ async def serve(
                 ("model_name", "model_version"),
                 manager.open_sequences,
             )
-            problems = await manager.load_startup_models(
-                config.load_models, startup_workers(config)
+            problems = await load_startup_models(
+                manager, config.load_models, startup_workers(config)
             )
             for problem in problems:
                 log.error("startup model not loaded: %s", problem)

@@ -33,7 +33,6 @@ from trioserve.runtime.launcher import Launcher, WithPythonPath
 from trioserve.runtime.model import ModelVersion, PoolSettings
 from trioserve.runtime.model_sources import (
     archive_error,
-    expand_load_models,
     mlserver_settings,
     model_stem,
     remove_extracted,
@@ -371,23 +370,6 @@ class ModelManager:
             await entry.model.stop(self.settings.unregister_timeout)
         finally:
             entry.scope.cancel()
-
-    async def load_startup_models(self, entries: tuple[str, ...], workers: int) -> list[str]:
-        """Register ``load_models`` entries; returns the problems (one line each)."""
-        problems: list[str] = []
-        for name, url in expand_load_models(entries, self.settings.model_store):
-            options = RegisterOptions(
-                url=url,
-                model_name=name,
-                initial_workers=workers,
-                synchronous=False,
-                loaded_at_startup=True,
-            )
-            try:
-                await self.register(options)
-            except errors.ServeError as exc:
-                problems.append(f"{url}: {exc.message}")
-        return problems
 
 
 async def _run_in_scope(
