@@ -187,7 +187,9 @@ def test_serves_the_demo_models_without_torch(
     out = _store(bare, binary, shiv_root, store)
     assert "left out, they need PyTorch: classifier" in out
     assert not (store / "classifier.mar").exists()
-    server = serve(bare, store, "all")  # type: ignore[operator]
+    # Two serving processes: the second is a child the zipapp must be able to start too.
+    server = serve(bare, store, "all", serving_processes="2")  # type: ignore[operator]
+    assert len(server.serving_pids()) == 1
     answer = httpx.post(
         f"{server.url}/predictions/echo",
         content=b"hello binary",
