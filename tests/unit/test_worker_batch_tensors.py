@@ -27,7 +27,7 @@ import trio.testing
 from trioserve import collate
 from trioserve.core.frames import ALIGN, Frame, FrameDecoder, Kind, encode
 from trioserve.core.messages import BatchReply, LoadSpec, decode_reply, encode_load
-from trioserve.worker import loop as worker_loop
+from trioserve.worker import connection as worker_connection
 from trioserve.worker.loop import WorkerLoop
 from trioserve.worker.tensors import DTYPES, TensorSpecError, parse_batch_tensors
 from trioserve.worker.torchserve import ts_shim
@@ -119,7 +119,7 @@ class RecordingDecoder(FrameDecoder):
 def isolated(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(RecordingDecoder, "batches", [])
-    monkeypatch.setattr(worker_loop, "FrameDecoder", RecordingDecoder)
+    monkeypatch.setattr(worker_connection, "FrameDecoder", RecordingDecoder)
     had_shim = ts_shim.installed()
     yield
     sys.modules.pop(HANDLER_MODULE, None)

@@ -2,7 +2,9 @@
 
 The worker supervisor does not spawn processes itself: it asks a :class:`Launcher`. The real
 one starts ``python -m trioserve.worker`` on one end of a Unix socket pair; tests use fake
-launchers that run a worker in-process over a memory stream.
+launchers that run a worker in-process over a memory stream. A process's
+:class:`~trioserve.runtime.attach.AttachLauncher` connects to a worker another serving
+process started instead (one started with a ``listen_dir``).
 """
 
 from __future__ import annotations
@@ -97,11 +99,20 @@ async def _pump_lines(stream: trio.abc.ReceiveStream, name: str, level: int) -> 
 
 
 class SubprocessLauncher:
-    """Runs ``python -m trioserve.worker --fd N`` with one end of a socket pair."""
+    """Runs ``python -m trioserve.worker --fd N`` with one end of a socket pair; with a
+    ``listen_dir``, the worker also accepts serving processes that attach to it there
+    (``--listen``, at :func:`~trioserve.runtime.attach.attach_path`)."""
 
-    def __init__(self, env: Mapping[str, str], python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        python: str = sys.executable,
+        *,
+        listen_dir: Path | None = None,
+    ) -> None:
         self._env = dict(env)
         self._python = python
+        self._listen_dir = listen_dir
 
     async def launch(
         self, name: str, cwd: Path, nursery: trio.Nursery, *, python_path: Sequence[Path] = ()
@@ -114,8 +125,13 @@ class SubprocessLauncher:
             paths = (str(cwd), *map(str, python_path), *child_python_path())
             env["PYTHONPATH"] = os.pathsep.join(p for p in (*paths, env.get("PYTHONPATH", "")) if p)
             env["TRIOSERVE_WORKER_NAME"] = name
+            command = [self._python, "-m", "trioserve.worker", "--fd", str(child.fileno())]
+            if self._listen_dir is not None:
+                from trioserve.runtime.attach import attach_path  # (which imports this module)
+
+                command += ["--listen", str(attach_path(self._listen_dir, name))]
             process = await trio.lowlevel.open_process(
-                [self._python, "-m", "trioserve.worker", "--fd", str(child.fileno())],
+                command,
                 pass_fds=(child.fileno(),),
                 cwd=str(cwd),
                 env=env,

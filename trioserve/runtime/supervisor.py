@@ -295,6 +295,9 @@ class WorkerSupervisor:
             return errors.worker_died()
         with trio.move_on_after(1):
             await process.wait()
+        ending = getattr(process, "ending", None)  # a shared worker's own account of its end
+        if isinstance(ending, str):
+            return errors.worker_died(ending)
         how = describe_exit(process.returncode)
         if process.returncode in (-9, 137):
             return errors.worker_killed_oom(f"The worker process was {how} (out of memory?).")

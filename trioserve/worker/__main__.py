@@ -1,7 +1,9 @@
-"""``python -m trioserve.worker --fd N``: run a worker on an inherited socket.
+"""``python -m trioserve.worker --fd N [--listen PATH]``: run a worker on an inherited socket.
 
 ``N`` is a connected ``AF_UNIX``/``SOCK_STREAM`` socket (one end of a socketpair made by the
-server). The working directory is the model directory.
+server). The working directory is the model directory. With ``--listen``, other serving
+processes may attach to this worker through a Unix socket bound at ``PATH`` (in a directory
+private to the server) before the model loads: see :mod:`trioserve.worker.attached`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import sys
 
 import trio
 
-from trioserve.worker.loop import WorkerLoop, exit_now
+from trioserve.worker.attached import listen_socket
+from trioserve.worker.connection import exit_now
+from trioserve.worker.loop import WorkerLoop
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(threadName)s] %(name)s: %(message)s"
 
@@ -36,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     parent_pid = os.getppid()  # as early as possible: the watchdog compares against it
     parser = argparse.ArgumentParser(prog="python -m trioserve.worker", description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="inherited socket file descriptor")
+    parser.add_argument("--listen", help="where other serving processes attach (a socket path)")
     parser.add_argument("--log-level", default="INFO", help="level of the worker's own log")
     args = parser.parse_args(argv)
 
@@ -55,10 +60,17 @@ def main(argv: list[str] | None = None) -> None:
     if sock.type != socket.SOCK_STREAM:
         exit_now(2, f"--fd {args.fd} is not a stream socket")
     sock.set_inheritable(False)
+    listening = None
+    if args.listen is not None:
+        try:
+            listening = listen_socket(args.listen)
+        except OSError as exc:
+            exit_now(2, f"--listen {args.listen}: {exc}")
 
     async def serve() -> int:
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
-        return await WorkerLoop(stream, parent_pid=parent_pid).run()
+        listener = None if listening is None else trio.socket.from_stdlib_socket(listening)
+        return await WorkerLoop(stream, parent_pid=parent_pid, listener=listener).run()
 
     status = trio.run(serve)
     exit_now(status, "done" if status == 0 else "the model failed to load")

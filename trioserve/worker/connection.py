@@ -5,25 +5,46 @@ model is loaded, the handler thread (each batch's answer, intermediate replies).
 socket both write straight to the non-blocking socket under one ``threading.Lock``, so frames
 stay whole and apart and the handler thread never wakes trio's; over any other stream (the
 in-memory streams of the tests) trio writes everything. Bytes come in through
-:meth:`ServerConnection.receive`, into one reused buffer over a socket.
+:meth:`ServerConnection.receive`, into one reused buffer over a socket, and
+:meth:`ServerConnection.read_frames` hands each frame on.
 
-A connection that breaks ends the process (``exit_fn``): nothing would read its answers.
+A connection that breaks or brings a malformed frame calls ``on_lost``: the primary
+connection's ends the process (nothing would read its answers); an attached connection's
+(:mod:`trioserve.worker.attached`) ends that connection only, and then returns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import select
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 import trio
+
+from trioserve.collate import aligned_buffer
+from trioserve.core.frames import Frame, FrameDecoder, FrameError
+
+log = logging.getLogger("trioserve.worker")
 
 READ_SIZE = 1 << 20
 # How often trio's thread retries the socket's write lock while the handler thread holds it
 # (it holds it for one write, or while the server is not reading).
 WRITE_LOCK_POLL = 0.0005
+
+
+def exit_now(status: int, why: str) -> NoReturn:
+    """End the process immediately, whatever threads are running (the primary connection's
+    ``on_lost``)."""
+    log.info("worker exiting (%d): %s", status, why)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -43,11 +64,11 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 class ServerConnection:
-    def __init__(self, stream: trio.abc.Stream, exit_fn: Callable[[int, str], NoReturn]) -> None:
+    def __init__(self, stream: trio.abc.Stream, on_lost: Callable[[int, str], None]) -> None:
         self._stream = stream
         # Over a socket stream, its socket, for the fast paths of send() and receive().
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        self._exit = exit_fn
+        self._exit = on_lost  # (status, why); the primary's never returns
         self._send_lock = trio.StrictFIFOLock()
         # Over a socket, the handler thread writes batch answers itself: this lock keeps its
         # frames and trio's whole and apart.
@@ -103,6 +124,7 @@ class ServerConnection:
                 sent = 0
             except OSError as exc:
                 self._exit(0, f"the server connection is gone ({type(exc).__name__})")
+                return
             if sent < len(data):
                 await self._send_all(memoryview(data)[sent:])
         finally:
@@ -125,6 +147,32 @@ class ServerConnection:
             self._exit(0, f"the server connection is gone ({type(exc).__name__})")
 
     # -- reading ------------------------------------------------------------------------------
+
+    async def read_frames(self, dispatch: Callable[[Frame], Awaitable[None]]) -> None:
+        """Await ``dispatch`` for each frame that comes in, in order, until the stream ends or
+        breaks or a frame is malformed: then ``on_lost`` is called (and if it returns, this
+        returns)."""
+        # Frames land in 64-byte-aligned storage: the blobs (collated batch tensors among
+        # them) are then aligned in memory, not only within the frame.
+        decoder = FrameDecoder(allocate=aligned_buffer)
+        buffer = self.read_buffer()
+        receive = self.receive
+        while True:
+            try:
+                data = await receive(buffer, wait_first=decoder.pending == 0)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._exit(0, f"the server connection failed ({type(exc).__name__})")
+                return
+            if not data:
+                self._exit(0, "the server closed the connection")
+                return
+            try:
+                frames = decoder.feed(data)
+            except FrameError as exc:
+                self._exit(1, f"malformed frame from the server: {exc}")
+                return
+            for frame in frames:
+                await dispatch(frame)
 
     async def receive(
         self, buffer: bytearray, *, wait_first: bool = False

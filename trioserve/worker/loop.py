@@ -20,35 +20,34 @@ Frames in (server -> worker) and what the worker does:
   RESPONSE, then a METRICS frame with the metrics the handler (and the worker) recorded:
   after every batch that leaves the handler thread with nothing queued, and at most every
   ``METRICS_INTERVAL`` while batches keep coming (records are held until the next frame; a
-  worker that dies loses at most that interval's). Once the model is loaded, a batch goes
-  straight from the frame reader to the handler thread, which also writes its answer (see
-  :meth:`WorkerLoop._batch_in_thread`): trio's thread is woken once per batch (the frame coming
-  in), not three times.
+  worker that dies loses at most that interval's). Once the model is loaded, the frame
+  reader hands a batch straight to the handler thread, which writes its answer itself.
 * CANCEL ``{ids}``: those requests' ``context.is_cancelled()`` turns True. PING ``{n}``:
   PONG ``{n}`` at once, even while a handler runs. SHUTDOWN: batches already received are
   finished, then the worker exits 0; a BATCH after SHUTDOWN is answered at once with 503.
 
 End of stream or a socket error ends the process at once (``os._exit``), even while a handler
 runs, as does the death of the parent process (checked every half second).
+
+More serving processes may attach (:meth:`WorkerLoop.attach`; ``listener``: ``--listen``): the
+same frames, the same queue, each batch answered on its ``origin``, the attached connection
+it came from (None: the primary one, ``--fd``); see :mod:`trioserve.worker.attached`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
 import os
-import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn, cast
 
 import outcome
 import trio
 
-from trioserve.collate import aligned_buffer
-from trioserve.core.frames import Frame, FrameDecoder, FrameError, Kind, encode
+from trioserve.core.frames import Frame, FrameError, Kind, encode
 from trioserve.core.messages import (
     BatchReply,
     LoadSpec,
@@ -58,8 +57,9 @@ from trioserve.core.messages import (
     encode_load_result,
     encode_reply,
 )
+from trioserve.worker.attached import AttachedConnection
 from trioserve.worker.cancellation import CancelBook
-from trioserve.worker.connection import ServerConnection
+from trioserve.worker.connection import ServerConnection, exit_now
 from trioserve.worker.errors import load_error
 from trioserve.worker.handler_thread import HandlerThread
 from trioserve.worker.mlserver.mlmodel import MLModelRunner, load_mlmodel
@@ -84,15 +84,6 @@ PARENT_CHECK_INTERVAL = 0.5
 METRICS_INTERVAL = 0.1
 
 
-def exit_now(status: int, why: str) -> NoReturn:
-    """End the process immediately, whatever threads are running."""
-    log.info("worker exiting (%d): %s", status, why)
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(status)
-
-
 def _nothing() -> None:
     """A handler-thread call that returns at once: awaiting it waits for the calls before."""
 
@@ -107,8 +98,10 @@ class WorkerLoop:
         decode: bool | None = None,
         exit_fn: Callable[[int, str], NoReturn] = exit_now,
         parent_pid: int | None = None,
+        listener: trio.socket.SocketType | None = None,
     ) -> None:
         self._conn = ServerConnection(stream, exit_fn)
+        self._listener = listener  # where more serving processes attach (--listen)
         self.send = self._conn.send  # bound once: trio's writes
         self._send_from_thread = self._conn.send_from_thread  # the handler thread's
         self._exit = exit_fn
@@ -118,6 +111,7 @@ class WorkerLoop:
         self._thread = HandlerThread()
         self._parent = os.getppid() if parent_pid is None else parent_pid
         self._load_seen = False
+        self._loaded = trio.Event()  # the model is loaded (attached connections wait for it)
         self._shutting_down = False
         # Set once the model is loaded and the batches queued meanwhile are handed over: from
         # then on the frame reader hands batches to the handler thread itself.
@@ -127,6 +121,7 @@ class WorkerLoop:
         self._spec = LoadSpec("", "", "", "")  # the loaded model's (envelope, limits)
         self._frames = FrameLimit()  # what the server reads: FrameLimit.of(self._spec)
         self._metrics_sent_at = -math.inf  # time.monotonic() of the last METRICS frame
+        self._metrics_to: AttachedConnection | None = None  # the last batch's origin
 
     # -- the task tree ------------------------------------------------------------------------
 
@@ -135,8 +130,11 @@ class WorkerLoop:
         self._conn.token = trio.lowlevel.current_trio_token()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._conn.read_frames, self.dispatch)
                 nursery.start_soon(self._watch_parent)
+                if self._listener is not None:
+                    listeners = [trio.SocketListener(self._listener)]
+                    nursery.start_soon(trio.serve_listeners, self.attach, listeners)
                 status = await self._run_pending()
                 nursery.cancel_scope.cancel()
         finally:
@@ -149,43 +147,32 @@ class WorkerLoop:
             if os.getppid() != self._parent:
                 self._exit(1, "the parent process died")
 
-    async def _read_loop(self) -> None:
-        # Frames land in 64-byte-aligned storage: the blobs (collated batch tensors among
-        # them) are then aligned in memory, not only within the frame.
-        decoder = FrameDecoder(allocate=aligned_buffer)
-        buffer = self._conn.read_buffer()
-        receive = self._conn.receive
-        while True:
-            try:
-                data = await receive(buffer, wait_first=decoder.pending == 0)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._exit(0, f"the server connection failed ({type(exc).__name__})")
-            if not data:
-                self._exit(0, "the server closed the connection")
-            try:
-                frames = decoder.feed(data)
-            except FrameError as exc:
-                self._exit(1, f"malformed frame from the server: {exc}")
-            for frame in frames:
-                await self._dispatch(frame)
+    async def attach(self, stream: trio.abc.Stream) -> None:
+        """Serve one more serving process on ``stream`` until it detaches or goes away (an
+        attached connection); nothing about it ends the process."""
+        await AttachedConnection(stream, self).serve()
+
+    async def wait_loaded(self) -> LoadSpec:
+        await self._loaded.wait()
+        return self._spec
 
     # -- frames in ----------------------------------------------------------------------------
 
-    async def _dispatch(self, frame: Frame) -> None:
+    async def dispatch(self, frame: Frame, origin: AttachedConnection | None = None) -> None:
+        """Handle one frame from the primary connection (or any but LOAD and SHUTDOWN from an
+        attached one, ``origin``)."""
         kind = frame.kind
         if kind is Kind.PING:
-            await self.send(encode(Kind.PONG, {"n": frame.meta.get("n")}))
+            await (origin or self._conn).send(encode(Kind.PONG, {"n": frame.meta.get("n")}))
         elif kind is Kind.BATCH:
-            await self._on_batch(frame)
+            await self._on_batch(frame, origin)
         elif kind is Kind.CANCEL:
             try:
                 ids = decode_cancel(frame)
             except FrameError as exc:
                 log.warning("ignoring a malformed CANCEL frame: %s", exc)
                 return
-            self._cancels.cancel(ids)
-            if isinstance(self.entry, MLModelRunner):
-                self.entry.cancel(ids)
+            self.cancel(ids)
         elif kind in (Kind.STREAM_INPUT, Kind.STREAM_ACK):
             self._on_stream_frame(frame)
         elif kind is Kind.LOAD:
@@ -197,6 +184,11 @@ class WorkerLoop:
                 self._pending_in.close()
         else:
             log.warning("ignoring a %s frame: the server does not send those", kind.name)
+
+    def cancel(self, request_ids: Sequence[str]) -> None:
+        self._cancels.cancel(request_ids)
+        if isinstance(self.entry, MLModelRunner):
+            self.entry.cancel(request_ids)
 
     def _on_stream_frame(self, frame: Frame) -> None:
         runner = self.entry
@@ -227,29 +219,32 @@ class WorkerLoop:
             self._exit(1, f"malformed LOAD frame: {exc}")
         self._queue(PendingLoad(spec))
 
-    async def _on_batch(self, frame: Frame) -> None:
+    async def _on_batch(self, frame: Frame, origin: AttachedConnection | None) -> None:
+        send = self.send if origin is None else origin.send
         try:
             batch_id, items = decode_batch(frame)
         except FrameError as exc:
             raw_id = frame.meta.get("batch_id")
             if not isinstance(raw_id, int) or isinstance(raw_id, bool):
-                self._exit(1, f"malformed BATCH frame without a batch id: {exc}")
+                why = f"malformed BATCH frame without a batch id: {exc}"
+                (self._exit if origin is None else origin.lost)(1, why)
+                return
             log.error("rejecting malformed batch %d: %s", raw_id, exc)
-            await self.send(encode_reply(error_reply(raw_id, 400, f"malformed batch: {exc}")))
+            await send(encode_reply(error_reply(raw_id, 400, f"malformed batch: {exc}")))
             return
         try:
             tensors = parse_batch_tensors(frame.meta, frame.blobs, len(items))
         except TensorSpecError as exc:
             log.error("rejecting batch %d: %s", batch_id, exc)
-            await self.send(
-                encode_reply(error_reply(batch_id, 400, f"malformed batch tensors: {exc}"))
-            )
+            await send(encode_reply(error_reply(batch_id, 400, f"malformed batch tensors: {exc}")))
             return
         if self._shutting_down:
-            await self.send(encode_reply(error_reply(batch_id, 503, "the worker is shutting down")))
+            await send(encode_reply(error_reply(batch_id, 503, "the worker is shutting down")))
             return
         self._cancels.track(item.request_id for item in items)
-        batch = PendingBatch(batch_id, items, tensors)
+        batch = PendingBatch(batch_id, items, tensors, origin)
+        if origin is not None:
+            origin.received(items)
         if self._direct:
             self._submit(batch)
         else:
@@ -292,7 +287,7 @@ class WorkerLoop:
     def _submit(self, batch: PendingBatch) -> None:
         if isinstance(self.entry, MLModelRunner):  # its own event loop answers
             self._cancels.release([item.request_id for item in batch.items])
-            self.entry.submit(batch.batch_id, batch.items)
+            self.entry.submit(batch.batch_id, batch.items, batch.origin)
             return
         self._thread.submit(functools.partial(self._batch_in_thread, batch))
 
@@ -324,27 +319,37 @@ class WorkerLoop:
         self.context, self._spec, self._frames = context, spec, FrameLimit.of(spec)
         self.entry = cast("Entry | MLModelRunner", result.unwrap())
         await self.send(encode_load_result(200, "loaded"))
+        self._loaded.set()
         await self._send_metrics()
         return True
 
     def _batch_in_thread(self, batch: PendingBatch) -> None:
         """In the handler thread: run one batch and write its answer (the final RESPONSE and
         the METRICS frame after it in one write: one system call, one wake-up of the server)."""
+        origin = batch.origin
+        send = self._send_from_thread if origin is None else origin.send_from_thread
         try:
-            reply = self._reply_to(batch)
+            if origin is not self._metrics_to:  # the records held go to their batches' origin
+                if held := self._metrics_frame():
+                    (self._metrics_to or self._conn).send_from_thread(held)
+                self._metrics_to = origin
+            reply = self._reply_to(batch, send)
             # Under load another batch is already queued: its metrics can ride along later.
             flush = self._thread.pending() == 0
-            self._send_from_thread(self._frames.reply(reply) + self._metrics_frame(flush=flush))
+            send(self._frames.reply(reply) + self._metrics_frame(flush=flush))
         except Exception as exc:
-            # The batch's answer cannot be sent: end the process, so that the server fails
-            # the batch at once and restarts the worker, rather than waiting for the
-            # response timeout (nothing else would answer these requests).
+            # The batch's answer cannot be sent: end the process (or the attached connection),
+            # so that the server fails the batch at once and restarts the worker, rather than
+            # waiting for the response timeout (nothing else would answer these requests).
             log.error("batch %d: its answer could not be sent", batch.batch_id, exc_info=exc)
-            self._exit(1, f"batch {batch.batch_id}: its answer could not be sent")
+            why = f"batch {batch.batch_id}: its answer could not be sent"
+            (self._exit if origin is None else origin.lost)(1, why)
         finally:
             self._cancels.release([item.request_id for item in batch.items])
+            if origin is not None:
+                origin.answered(batch.items)
 
-    def _reply_to(self, batch: PendingBatch) -> BatchReply:
+    def _reply_to(self, batch: PendingBatch, send: Callable[[bytes], None]) -> BatchReply:
         entry, context = self.entry, self.context
         if entry is None or context is None or isinstance(entry, MLModelRunner):
             return error_reply(batch.batch_id, 503, "no model is loaded in this worker")
@@ -360,7 +365,7 @@ class WorkerLoop:
             decode=self._decode,
             cancel_check=self._cancels.is_cancelled,
             tensors=batch.tensors,
-            write=self._send_from_thread,
+            write=send,
             encode=self._frames.reply,
         )
 

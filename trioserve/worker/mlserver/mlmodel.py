@@ -37,6 +37,7 @@ from typing import Any, Final
 from trioserve.core.errors import ErrorKind, ServeError
 from trioserve.core.messages import BatchReply, LoadSpec, Reply, WorkItem, encode_reply
 from trioserve.core.oip.transport import END_HEADER, STREAM_HEADER
+from trioserve.worker.attached import AttachedConnection
 from trioserve.worker.errors import LoadError
 from trioserve.worker.mlserver.mlmodel_io import (
     answer_reply,
@@ -45,7 +46,7 @@ from trioserve.worker.mlserver.mlmodel_io import (
     merged_request,
     split_replies,
 )
-from trioserve.worker.mlserver.outbox import Outbox
+from trioserve.worker.mlserver.outbox import Outbox, Send
 from trioserve.worker.responses import FrameLimit
 
 log = logging.getLogger("trioserve.worker")
@@ -89,7 +90,7 @@ class MLModelRunner:
         self._streams: dict[str, _Stream] = {}
         self._batches = 0  # batches not answered yet
         # What this turn of the loop writes goes out together once the turn ends.
-        self._outbox = Outbox(self._loop, send, encode)
+        self._outbox = Outbox(self._loop, encode)
         self._write = self._outbox.write
         self._idle = threading.Event()
         self._idle.set()
@@ -108,13 +109,15 @@ class MLModelRunner:
 
     # -- from the trio thread -------------------------------------------------------------
 
-    def submit(self, batch_id: int, items: Sequence[WorkItem]) -> None:
-        """Start answering a batch; its frames are written from the model loop."""
+    def submit(
+        self, batch_id: int, items: Sequence[WorkItem], origin: AttachedConnection | None = None
+    ) -> None:
+        """Start answering a batch from ``origin`` (None: the primary connection), on the loop."""
         self._batches += 1
         self._idle.clear()
         # Callbacks run in the order they are scheduled: the batch's streams exist before a
         # STREAM_INPUT or STREAM_ACK that follows the batch is handled.
-        self._loop.call_soon_threadsafe(self._open, batch_id, list(items))
+        self._loop.call_soon_threadsafe(self._open, batch_id, list(items), origin)
 
     def cancel(self, request_ids: Sequence[str]) -> None:
         self._loop.call_soon_threadsafe(self._cancel, list(request_ids))
@@ -146,7 +149,10 @@ class MLModelRunner:
 
     # -- on the model loop ----------------------------------------------------------------
 
-    def _open(self, batch_id: int, items: list[WorkItem]) -> None:
+    def _open(
+        self, batch_id: int, items: list[WorkItem], origin: AttachedConnection | None
+    ) -> None:
+        send = self._send if origin is None else origin.send_from_thread
         unary = [i for i in items if not any(n == STREAM_HEADER for n, _v in i.headers)]
         together: asyncio.Task[dict[str, Reply]] | None = None
         if len(unary) > 1 and self._adaptive:
@@ -158,15 +164,20 @@ class MLModelRunner:
             else:
                 if item not in unary:
                     self._streams[item.request_id] = _Stream()
-                task = asyncio.create_task(self._answer(batch_id, item))
+                task = asyncio.create_task(self._answer(batch_id, item, send))
             self._tasks[item.request_id] = task
             tasks.append(task)
-        batch = asyncio.create_task(self._batch(batch_id, items, tasks))
+        batch = asyncio.create_task(self._batch(batch_id, items, tasks, send, origin))
         self._running.add(batch)  # the loop keeps only a weak reference
         batch.add_done_callback(self._running.discard)
 
     async def _batch(
-        self, batch_id: int, items: list[WorkItem], tasks: list[asyncio.Task[Reply]]
+        self,
+        batch_id: int,
+        items: list[WorkItem],
+        tasks: list[asyncio.Task[Reply]],
+        send: Send,
+        origin: AttachedConnection | None,
     ) -> None:
         try:
             replies: list[Reply] = []
@@ -178,11 +189,12 @@ class MLModelRunner:
                 finally:
                     self._tasks.pop(item.request_id, None)
                     self._streams.pop(item.request_id, None)
-            self._write(
-                self._encode(BatchReply(batch_id, 200, "Prediction success", replies, True))
-            )
+            answer = BatchReply(batch_id, 200, "Prediction success", replies, True)
+            self._write(send, self._encode(answer))
             self._outbox.flush()  # the batch is answered before it counts as done
         finally:
+            if origin is not None:
+                origin.answered(items)
             self._batches -= 1
             if self._batches == 0:
                 self._idle.set()
@@ -203,7 +215,7 @@ class MLModelRunner:
         merged = merged_request(self._types, [r for _i, r in requests]) if requests else None
         if merged is None or len(requests) < 2:
             for item, _request in requests:
-                replies[item.request_id] = await self._answer(0, item)
+                replies[item.request_id] = await self._answer(0, item, self._send)
             return replies
         ids = [item.request_id for item, _request in requests]
         try:
@@ -220,14 +232,14 @@ class MLModelRunner:
             replies.update((i, failed(i, code, message)) for i in ids)
         return replies
 
-    async def _answer(self, batch_id: int, item: WorkItem) -> Reply:
+    async def _answer(self, batch_id: int, item: WorkItem, send: Send) -> Reply:
         """One request's final reply (its stream's answers go out on the way)."""
         mode = next((value for name, value in item.headers if name == STREAM_HEADER), None)
         try:
             request = inference_request(self._types, self.model.name, item)
             if mode is None:
                 return self._checked(item.request_id, await self.model.predict(request), "predict")
-            await self._stream(batch_id, item, request, more=mode == "in")
+            await self._stream(batch_id, item, request, send, more=mode == "in")
             return Reply(item.request_id, b"", 200, "", {END_HEADER: "1"}, None)
         except ServeError as error:
             return failed(item.request_id, _status(error), error.message)
@@ -239,7 +251,9 @@ class MLModelRunner:
             log.error("request %s: %s raised", item.request_id, self._name, exc_info=exc)
             return failed(item.request_id, code, str(exc) or type(exc).__name__)
 
-    async def _stream(self, batch_id: int, item: WorkItem, first: Any, *, more: bool) -> None:
+    async def _stream(
+        self, batch_id: int, item: WorkItem, first: Any, send: Send, *, more: bool
+    ) -> None:
         inputs = self._inputs(item.request_id, first, more)
         if self.overrides_stream:
             responses = self.model.predict_stream(inputs)
@@ -257,7 +271,7 @@ class MLModelRunner:
             async for response in responses:
                 reply = self._checked(item.request_id, response, "predict_stream")
                 await stream.window.acquire()
-                self._write((batch_id, reply))
+                self._write(send, (batch_id, reply))
         finally:
             close = getattr(responses, "aclose", None)
             if close is not None:
