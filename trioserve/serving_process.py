@@ -8,9 +8,9 @@ health) on those sockets with its own dataplane (admission, queues, batch formin
 deadlines, cancellation, metrics), attached to the control process's workers. Its registry
 follows the control process's (``runtime/mirror.py``); requests for the models the control
 process serves for everyone go over the link (``runtime/forward.py``); the OIP repository's
-load and unload are made there. It ignores SIGINT (a terminal's Ctrl-C reaches the whole
-process group; the control process decides), drains when told to, and exits when the link
-closes: the control process is gone.
+load and unload are made there. It ignores SIGINT and SIGTERM (sent to a whole process
+group, they reach it too; the control process decides), drains when told to, and exits when
+the link closes: the control process is gone.
 """
 
 from __future__ import annotations
@@ -181,7 +181,10 @@ def main(argv: list[str] | None = None) -> None:
         "--link-fd", type=int, required=True, help="the link to the control process"
     )
     args = parser.parse_args(argv)
+    # A terminal's Ctrl-C, or a service manager's SIGTERM to the whole group, reaches every
+    # process: the control process decides, and drains this one over the link.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     trio.run(serve_member, args.link_fd)
 
 

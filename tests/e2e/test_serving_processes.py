@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -21,11 +22,22 @@ pytestmark = pytest.mark.e2e
 HEADER = "ts_request_sequence_id"
 
 
+OPEN: list[socket.socket] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_connections() -> Iterator[None]:
+    yield
+    while OPEN:
+        OPEN.pop().close()
+
+
 class Conn:
     """One keep-alive HTTP/1.1 connection over a plain socket (its local port known)."""
 
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        OPEN.append(self.sock)
         self.port = self.sock.getsockname()[1]
         self.buffer = b""
 
@@ -102,7 +114,11 @@ def spread(server: Server, per_process: int = 2, limit: int = 80) -> dict[int, l
 def server(make_server) -> Server:  # type: ignore[no-untyped-def]
     server: Server = make_server(
         "control2=control2.mar,stateful=stateful.mar,streamsum1=streamsum1.mar",
-        properties={"serving_processes": "2", "default_workers_per_model": "2"},
+        properties={
+            "serving_processes": "2",
+            "default_workers_per_model": "2",
+            "enable_model_api": "true",
+        },
     )
     server.start()
     return server
@@ -173,30 +189,32 @@ def test_management_changes_are_seen_by_every_process_when_the_call_answers(
     server: Server,
 ) -> None:
     held = spread(server, per_process=1)
-    manage = httpx.Client(base_url=server.management_url, timeout=60)
-    r = manage.post(
-        "/models", params={"url": "echo.mar", "initial_workers": "1", "synchronous": "true"}
-    )
-    assert r.status_code == 200, r.text
-    for conns in held.values():
-        status, _fields, body = conns[0].post("/predictions/echo", b"seen")
-        assert (status, body) == (200, b"seen")
-    r = manage.put("/models/control2", params={"min_worker": "3", "synchronous": "true"})
-    assert r.status_code == 200, r.text
-    for conns in held.values():
-        with ThreadPoolExecutor(3) as pool:
-            extra = [Conn(server.port) for _ in range(2)]
-            answers = list(
-                pool.map(lambda c: c.post("/predictions/control2", b"pid:0.4"), [conns[0], *extra])
-            )
-            for c in extra:
-                c.close()
-        assert all(a[0] == 200 for a in answers)
-    r = manage.delete("/models/echo")
-    assert r.status_code == 200, r.text
-    for conns in held.values():
-        assert conns[0].post("/predictions/echo", b"gone")[0] == 404
-        conns[0].close()
+    with httpx.Client(base_url=server.management_url, timeout=60) as manage:
+        r = manage.post(
+            "/models", params={"url": "echo.mar", "initial_workers": "1", "synchronous": "true"}
+        )
+        assert r.status_code == 200, r.text
+        for conns in held.values():
+            status, _fields, body = conns[0].post("/predictions/echo", b"seen")
+            assert (status, body) == (200, b"seen")
+        r = manage.put("/models/control2", params={"min_worker": "3", "synchronous": "true"})
+        assert r.status_code == 200, r.text
+        for conns in held.values():
+            with ThreadPoolExecutor(3) as pool:
+                extra = [Conn(server.port) for _ in range(2)]
+                answers = list(
+                    pool.map(
+                        lambda c: c.post("/predictions/control2", b"pid:0.4"), [conns[0], *extra]
+                    )
+                )
+                for c in extra:
+                    c.close()
+            assert all(a[0] == 200 for a in answers)
+        r = manage.delete("/models/echo")
+        assert r.status_code == 200, r.text
+        for conns in held.values():
+            assert conns[0].post("/predictions/echo", b"gone")[0] == 404
+            conns[0].close()
 
 
 def test_metrics_are_the_servers_totals(server: Server) -> None:
@@ -216,25 +234,26 @@ def test_metrics_are_the_servers_totals(server: Server) -> None:
 
 
 def test_sequences_keep_their_sums_with_requests_spread_over_processes(server: Server) -> None:
-    def run(values: list[int]) -> tuple[list[int], set[int]]:
+    held = spread(server, per_process=3)
+
+    def run(client: int) -> list[int]:
+        # This client's connections, one held by each process: its requests alternate.
+        conns = [held[pid][client] for pid in sorted(held, reverse=client % 2 == 1)]
         sequence_id = None
-        sums, owners = [], set()
-        for value in values:
-            conn = Conn(server.port)  # a new connection each time: either process
+        sums = []
+        for n, value in enumerate([1, 2, 3, 4, 5, 6, 7, 8]):
             headers = {HEADER: sequence_id} if sequence_id else {}
-            status, fields, body = conn.post("/predictions/stateful", str(value).encode(), headers)
+            status, fields, body = conns[n % 2].post(
+                "/predictions/stateful", str(value).encode(), headers
+            )
             assert status == 200, body
             sequence_id = fields[HEADER]
-            owners.add(owner(server, conn))
             sums.append(int(body.split()[0]))
-            conn.close()
-        return sums, owners
+        return sums
 
     with ThreadPoolExecutor(3) as pool:
-        results = list(pool.map(run, [[1, 2, 3, 4, 5, 6, 7, 8]] * 3))
-    for sums, _owners in results:
-        assert sums == [1, 3, 6, 10, 15, 21, 28, 36]
-    assert len(set().union(*(owners for _s, owners in results))) == 2  # both processes took part
+        results = list(pool.map(run, range(3)))
+    assert results == [[1, 3, 6, 10, 15, 21, 28, 36]] * 3
 
 
 def test_a_continuous_batching_stream_cancels_from_another_process(server: Server) -> None:
