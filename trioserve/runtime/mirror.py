@@ -18,12 +18,12 @@ Models the control process serves for everyone (stateful and continuous-batching
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import trio
 
 from trioserve import archive
-from trioserve.core.errors import ServeError
 from trioserve.core.model_settings import ModelSettings
 from trioserve.runtime.forward import forwarded_model
 from trioserve.runtime.launcher import Launcher
@@ -68,32 +68,50 @@ def state_of(
     return State(tuple(versions), defaults, tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What a serving process does to match a state (:func:`changes`)."""
+
+    add: tuple[VersionState, ...]  # versions it lacks
+    keep: tuple[VersionState, ...]  # versions it has: their workers follow the state's
+    drop: tuple[tuple[str, str], ...]  # versions no longer registered
+    defaults: tuple[tuple[str, str], ...]  # (name, version) to make the default
+
+
+def changes(have: Iterable[tuple[str, str]], state: State) -> Changes:
+    """From the versions registered here (``have``: (name, version)) to ``state``'s. A
+    default is taken only for a version the state registers, and before any drop, so that
+    a version stays removable (the registry refuses to drop a default that has siblings)."""
+    here = set(have)
+    wanted = {version.key for version in state.versions}
+    return Changes(
+        add=tuple(v for v in state.versions if v.key not in here),
+        keep=tuple(v for v in state.versions if v.key in here),
+        drop=tuple(sorted(here - wanted)),
+        defaults=tuple(d for d in state.defaults if d in wanted),
+    )
+
+
 async def apply_state(
     manager: ModelManager, state: State, launcher: Launcher, *, drain_timeout: float
 ) -> None:
     """Make this serving process's registry match ``state``."""
-    wanted = {version.key: version for version in state.versions}
-    for version in state.versions:
-        name, number = version.key
-        try:
-            model = manager.get(name, number)
-        except ServeError:
-            model = await manager.adopt(version.settings, version.loaded, launcher)
-            model.forwarded = forwarded_model(version.settings)
-            log.info("serving model %s version %s", name, number)
+    plan = changes(((name, number) for name, number, _ in manager.registry), state)
+    for version in plan.add:
+        model = await manager.adopt(version.settings, version.loaded, launcher)
+        model.forwarded = forwarded_model(version.settings)
+        log.info("serving model %s version %s", *version.key)
+    for version in (*plan.add, *plan.keep):
+        model = manager.get(*version.key)
         if not model.forwarded:
             model.min_workers = len(version.workers)
             await model.sync_workers(version.workers, drain_timeout)
-    for name, number in state.defaults:
-        if (name, number) in wanted:
-            manager.registry.set_default(name, number)
-    gone = [
-        (name, number) for name, number, _entry in manager.registry if (name, number) not in wanted
-    ]
+    for name, number in plan.defaults:
+        manager.registry.set_default(name, number)
     async with trio.open_nursery() as nursery:
-        for name, number in gone:
+        for name, number in plan.drop:
             log.info("model %s version %s unregistered", name, number)
             nursery.start_soon(manager.release, name, number)
 
 
-__all__ = ["State", "VersionState", "WorkerSpec", "apply_state", "state_of"]
+__all__ = ["Changes", "State", "VersionState", "WorkerSpec", "apply_state", "changes", "state_of"]
