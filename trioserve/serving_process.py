@@ -114,6 +114,7 @@ async def _serve(
             shutdown.set()
 
         root.start_soon(drain_when_told)
+        await control.applied.wait()  # the models first: no request finds them missing
         async with trio.open_nursery() as listeners:
             api, app, address, fast = inference_app(
                 config, dataplane, model_control, tokens, metrics

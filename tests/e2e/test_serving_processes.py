@@ -98,8 +98,8 @@ def spread(server: Server, per_process: int = 2, limit: int = 80) -> dict[int, l
         if all(len(conns) >= per_process for conns in held.values()):
             break
         conn = Conn(server.port)
-        status, _h, _b = conn.post("/predictions/control2", b"hi")  # accepted and served
-        assert status == 200
+        status, _h, body = conn.post("/predictions/control2", b"hi")  # accepted and served
+        assert status == 200, body
         pid = owner(server, conn)
         (held[pid] if len(held[pid]) < per_process else spare).append(conn)
     for conn in spare:

@@ -352,15 +352,21 @@ class ModelManager:
     # -- another serving process's copy (runtime/mirror.py) ----------------------------
 
     async def adopt(
-        self, settings: ModelSettings, loaded: archive.LoadedArchive, launcher: Launcher
+        self,
+        settings: ModelSettings,
+        loaded: archive.LoadedArchive,
+        launcher: Launcher,
+        prepare: Callable[[ModelVersion], Awaitable[None]],
     ) -> ModelVersion:
-        """Add a model version the control process registered, with no workers yet (its
-        files are the control process's: never removed here)."""
+        """Add a model version the control process registered (its files are the control
+        process's: never removed here); ``prepare`` (attaching its workers) runs before the
+        version can take requests."""
         model = ModelVersion(settings, self._pool(settings, loaded), launcher)
         scope = trio.CancelScope()
-        self.registry.add(settings.name, settings.version, Entry(model, loaded, scope))
         assert self._nursery is not None, "ModelManager.run() is not running"
         await self._nursery.start(_run_in_scope, model, scope)
+        await prepare(model)
+        self.registry.add(settings.name, settings.version, Entry(model, loaded, scope))
         return model
 
     async def release(self, name: str, version: str) -> None:

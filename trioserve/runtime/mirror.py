@@ -28,6 +28,7 @@ from trioserve.core.model_settings import ModelSettings
 from trioserve.runtime.forward import forwarded_model
 from trioserve.runtime.launcher import Launcher
 from trioserve.runtime.manager import ModelManager
+from trioserve.runtime.model import ModelVersion
 
 log = logging.getLogger("trioserve.serving")
 
@@ -97,15 +98,22 @@ async def apply_state(
 ) -> None:
     """Make this serving process's registry match ``state``."""
     plan = changes(((name, number) for name, number, _ in manager.registry), state)
-    for version in plan.add:
-        model = await manager.adopt(version.settings, version.loaded, launcher)
-        model.forwarded = forwarded_model(version.settings)
-        log.info("serving model %s version %s", *version.key)
-    for version in (*plan.add, *plan.keep):
-        model = manager.get(*version.key)
+
+    async def follow(version: VersionState, model: ModelVersion) -> None:
         if not model.forwarded:
             model.min_workers = len(version.workers)
             await model.sync_workers(version.workers, drain_timeout)
+
+    for version in plan.add:
+
+        async def prepare(model: ModelVersion, version: VersionState = version) -> None:
+            model.forwarded = forwarded_model(version.settings)
+            await follow(version, model)
+
+        await manager.adopt(version.settings, version.loaded, launcher, prepare)
+        log.info("serving model %s version %s", *version.key)
+    for version in plan.keep:
+        await follow(version, manager.get(*version.key))
     for name, number in plan.defaults:
         manager.registry.set_default(name, number)
     async with trio.open_nursery() as nursery:

@@ -49,6 +49,7 @@ class ControlLink:
         self.setup: Any = None  # the Setup of the HELLO frame
         self.hello = trio.Event()
         self.drain = trio.Event()
+        self.applied = trio.Event()  # the first state is applied: time to take requests
         self.forwarder = Forwarder(post)
         self._states_in, self._states_out = trio.open_memory_channel[tuple[int, bytes]](math.inf)
         self._answers: dict[int, tuple[trio.Event, list[Any]]] = {}
@@ -108,6 +109,7 @@ class ControlLink:
             except Exception:
                 log.exception("applying the registry's state failed")
             self.post((APPLIED, n))
+            self.applied.set()
 
     async def call(self, method: str, *args: Any) -> None:
         """Make management call ``method`` in the control process; raises its error."""
