@@ -5,7 +5,9 @@ matters), with a TorchServe handler and with an MLServer model."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import stat
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +32,7 @@ from trioserve.core.messages import (
 )
 from trioserve.core.oip import Tensor
 from trioserve.core.oip.transport import OIP_HEADER, STREAM_HEADER, reply_outputs, tensor_param
+from trioserve.worker.attached import listen_socket
 from trioserve.worker.loop import WorkerLoop
 from trioserve.worker.mlserver import mlserver_shim
 from trioserve.worker.torchserve import ts_shim
@@ -406,3 +409,27 @@ async def test_cancel_on_an_attached_connection_reaches_the_model(tmp_path: Path
         reply = await attached.reply()
         assert (reply.batch_id, reply.final, reply.replies[0].status) == (3, True, 499)
         assert sys.modules["fx_attach_model"].CANCELLED.is_set()
+
+
+# -- the listening socket ---------------------------------------------------------------------
+
+
+def test_the_listening_socket_replaces_a_stale_one_and_is_private(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.sock")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()  # its file stays behind, as a killed worker's does
+    with listen_socket(path) as sock:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+            accepted, _ = sock.accept()
+            accepted.close()
+
+
+def test_the_listening_socket_refuses_to_replace_anything_else(tmp_path: Path) -> None:
+    path = tmp_path / "w.sock"
+    path.write_text("not a socket")
+    with pytest.raises(OSError, match="exists and is not a socket"):
+        listen_socket(str(path))
+    assert path.read_text() == "not a socket"
