@@ -224,6 +224,23 @@ async def test_load_on_an_attached_connection_waits_for_the_primary_load(tmp_pat
         assert refused["code"] == 500 and "serves m version 1.0" in refused["message"]
 
 
+async def test_a_load_after_the_primarys_shutdown_is_refused(tmp_path: Path) -> None:
+    async with worker() as w:
+        await w.primary.load(handler_spec(tmp_path, "fx_attach_wait.py"))
+        await w.primary.send(batch(1, "busy", mode="wait"))  # keeps the worker up
+        assert not (await w.primary.reply()).final
+        await w.primary.send(encode(Kind.SHUTDOWN, {}))
+        await w.primary.send(encode(Kind.PING, {"n": 1}))
+        assert (await w.primary.recv()).kind is Kind.PONG  # the SHUTDOWN is handled
+        late = w.attach()
+        assert (await late.load(handler_spec(tmp_path, "fx_attach_wait.py"))).meta == {
+            "code": 503,
+            "message": "the worker is shutting down",
+        }
+        await w.primary.send(encode_cancel(["busy"]))
+        assert (await w.primary.reply()).final
+
+
 async def test_batches_are_answered_on_the_connection_they_came_from(tmp_path: Path) -> None:
     async with worker() as w:
         await w.primary.load(handler_spec(tmp_path))
