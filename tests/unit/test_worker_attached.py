@@ -5,7 +5,9 @@ matters), with a TorchServe handler and with an MLServer model."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import stat
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +32,7 @@ from trioserve.core.messages import (
 )
 from trioserve.core.oip import Tensor
 from trioserve.core.oip.transport import OIP_HEADER, STREAM_HEADER, reply_outputs, tensor_param
+from trioserve.worker.attached import listen_socket
 from trioserve.worker.loop import WorkerLoop
 from trioserve.worker.mlserver import mlserver_shim
 from trioserve.worker.torchserve import ts_shim
@@ -221,6 +224,23 @@ async def test_load_on_an_attached_connection_waits_for_the_primary_load(tmp_pat
         assert refused["code"] == 500 and "serves m version 1.0" in refused["message"]
 
 
+async def test_a_load_after_the_primarys_shutdown_is_refused(tmp_path: Path) -> None:
+    async with worker() as w:
+        await w.primary.load(handler_spec(tmp_path, "fx_attach_wait.py"))
+        await w.primary.send(batch(1, "busy", mode="wait"))  # keeps the worker up
+        assert not (await w.primary.reply()).final
+        await w.primary.send(encode(Kind.SHUTDOWN, {}))
+        await w.primary.send(encode(Kind.PING, {"n": 1}))
+        assert (await w.primary.recv()).kind is Kind.PONG  # the SHUTDOWN is handled
+        late = w.attach()
+        assert (await late.load(handler_spec(tmp_path, "fx_attach_wait.py"))).meta == {
+            "code": 503,
+            "message": "the worker is shutting down",
+        }
+        await w.primary.send(encode_cancel(["busy"]))
+        assert (await w.primary.reply()).final
+
+
 async def test_batches_are_answered_on_the_connection_they_came_from(tmp_path: Path) -> None:
     async with worker() as w:
         await w.primary.load(handler_spec(tmp_path))
@@ -406,3 +426,27 @@ async def test_cancel_on_an_attached_connection_reaches_the_model(tmp_path: Path
         reply = await attached.reply()
         assert (reply.batch_id, reply.final, reply.replies[0].status) == (3, True, 499)
         assert sys.modules["fx_attach_model"].CANCELLED.is_set()
+
+
+# -- the listening socket ---------------------------------------------------------------------
+
+
+def test_the_listening_socket_replaces_a_stale_one_and_is_private(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.sock")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()  # its file stays behind, as a killed worker's does
+    with listen_socket(path) as sock:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+            accepted, _ = sock.accept()
+            accepted.close()
+
+
+def test_the_listening_socket_refuses_to_replace_anything_else(tmp_path: Path) -> None:
+    path = tmp_path / "w.sock"
+    path.write_text("not a socket")
+    with pytest.raises(OSError, match="exists and is not a socket"):
+        listen_socket(str(path))
+    assert path.read_text() == "not a socket"

@@ -8,7 +8,8 @@ it answers the primary connection (the ``--fd`` one, from the process that start
 with these differences:
 
 * LOAD loads nothing: it is answered with the primary's LOAD_RESULT once the primary's load
-  has finished (at once if it has). A LOAD for another model than the one loaded gets 500.
+  has finished (at once if it has). A LOAD for another model than the one loaded gets 500,
+  one that comes while the worker is shutting down (the primary's SHUTDOWN) 503.
 * BATCH joins the worker's one queue; the batch's RESPONSE frames and the METRICS frame
   after it go back on the connection it came from. Batch ids are the connection's own (the
   same id may be in use on several connections at once); request ids are unique across
@@ -67,6 +68,8 @@ def listen_socket(path: str) -> socket.socket:
 
 class Host(Protocol):
     """What an attached connection needs of the worker's frame loop."""
+
+    shutting_down: bool  # the primary connection asked the worker to finish and exit
 
     async def dispatch(self, frame: Frame, origin: AttachedConnection | None = None) -> None:
         """Handle a BATCH, CANCEL, STREAM_INPUT, STREAM_ACK or PING from ``origin``."""
@@ -134,11 +137,10 @@ class AttachedConnection(ServerConnection):
         try:
             async with trio.open_nursery() as nursery:
                 with self._reading:
-                    try:
-                        await self.read_frames(lambda frame: self._on_frame(frame, nursery))
-                    except Exception:
-                        log.exception("%s: handling its frames failed", self.name)
+                    await self.read_frames(lambda frame: self._on_frame(frame, nursery))
                 nursery.cancel_scope.cancel()
+        except Exception:  # (a task's error comes as an ExceptionGroup; cancellation passes)
+            log.exception("%s: handling its frames failed", self.name)
         finally:
             with trio.CancelScope(shield=True):
                 await self._close()
@@ -214,8 +216,10 @@ class AttachedConnection(ServerConnection):
             )
             log.error("%s: %s", self.name, message)
             await self.send(encode_load_result(500, message))
-            return
-        await self.send(encode_load_result(200, "loaded"))
+        elif self._host.shutting_down:
+            await self.send(encode_load_result(503, "the worker is shutting down"))
+        else:
+            await self.send(encode_load_result(200, "loaded"))
 
     # -- the end ------------------------------------------------------------------------------
 

@@ -112,7 +112,7 @@ class WorkerLoop:
         self._parent = os.getppid() if parent_pid is None else parent_pid
         self._load_seen = False
         self._loaded = trio.Event()  # the model is loaded (attached connections wait for it)
-        self._shutting_down = False
+        self.shutting_down = False  # SHUTDOWN came on the primary connection
         # Set once the model is loaded and the batches queued meanwhile are handed over: from
         # then on the frame reader hands batches to the handler thread itself.
         self._direct = False
@@ -178,9 +178,9 @@ class WorkerLoop:
         elif kind is Kind.LOAD:
             await self._on_load(frame)
         elif kind is Kind.SHUTDOWN:
-            if not self._shutting_down:
+            if not self.shutting_down:
                 log.info("shutdown requested; finishing the batches already received")
-                self._shutting_down = True
+                self.shutting_down = True
                 self._pending_in.close()
         else:
             log.warning("ignoring a %s frame: the server does not send those", kind.name)
@@ -238,7 +238,7 @@ class WorkerLoop:
             log.error("rejecting batch %d: %s", batch_id, exc)
             await send(encode_reply(error_reply(batch_id, 400, f"malformed batch tensors: {exc}")))
             return
-        if self._shutting_down:
+        if self.shutting_down:
             await send(encode_reply(error_reply(batch_id, 503, "the worker is shutting down")))
             return
         self._cancels.track(item.request_id for item in items)
