@@ -1,0 +1,348 @@
+"""Soak: every kind of traffic at once against one trioserve, for minutes, then a verdict.
+
+Starts trioserve (its own temporary folder, the demo store built from code, port 0 on
+127.0.0.1 everywhere, ``serving_processes = N``) with the demo models echo, textgen and
+stateful, and runs over many connections at once (so the kernel spreads them over the
+serving processes; the clients are in ``benchmarks/soak_clients.py``): HTTP echo, gRPC
+``Predictions`` on echo over several channels, SSE streams of textgen read to the end and
+others abandoned after a few events (SSE and gRPC ``ModelStreamInfer``), and sequences of the
+stateful model over HTTP and gRPC ``StreamPredictions2``, every reply checked. Every few
+seconds it samples the requests and errors of each kind, the RSS of the whole server tree
+(the server and every descendant, psutil) and which of its processes are alive.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/soak.py --minutes 30 --serving-processes 2
+        [--workers 1] [--rate 1.0] [--http-conns 16] [--grpc-conns 4] [--out FILE]
+        [--samples FILE.tsv] [--log FILE]
+
+The bar (issue 29): no error other than the abandoned streams' own; every process of the
+tree alive at the start still alive at the end, or replaced by the server (a restart: it is
+reported); the tree's RSS growing < 5 % from the sample at 2 minutes (at a third of the run
+when that is earlier) to the end; and the server exiting 0 on SIGTERM with no process left.
+Exit status 0 only when it is met. The server's own counts (its metrics port: echo requests,
+open sequences after the run) are printed beside the clients'. Loopback only; every client
+stops at its own deadline; the server is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+from soak_clients import ABANDONED, KINDS, Tally, Target, learn_expected, run_all
+
+from trioserve.demo import build_demo_store
+from trioserve.launch import launch
+
+BAR_RSS_GROWTH = 5.0  # %
+BASELINE_S = 120.0
+STOP_GRACE = 60.0  # s for the server to drain and exit after SIGTERM
+MiB = 2**20
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the load began
+    counts: dict[str, tuple[int, int, int]]  # kind -> (done, errors, own)
+    rss: int  # bytes, whole tree
+    pids: dict[int, str]  # pid -> role
+
+
+@dataclass
+class Run:
+    target: Target
+    samples: list[Sample] = field(default_factory=list)
+    cpu: list[dict[int, float]] = field(default_factory=list)  # CPU s per pid: start, end
+    metrics: list[dict[str, float]] = field(default_factory=list)  # start, end
+    log: str = ""
+    stopped: tuple[str, bool] = ("not stopped", False)
+
+
+def role(proc: psutil.Process, root: int) -> str:
+    if proc.pid == root:
+        return "server"
+    line = " ".join(proc.cmdline())
+    if "trioserve.serving_process" in line:
+        return "serving"
+    return "worker" if "trioserve.worker" in line else "other"
+
+
+def tree(root: int) -> tuple[dict[int, str], int, dict[int, float]]:
+    """The live processes of the tree (pid -> role), their summed RSS and CPU seconds each."""
+    try:
+        top = psutil.Process(root)
+        procs = [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}, 0, {}
+    pids, rss, cpu = {}, 0, {}
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                rss += proc.memory_info().rss
+                times = proc.cpu_times()
+                pids[proc.pid] = role(proc, root)
+            cpu[proc.pid] = times.user + times.system
+        except psutil.Error:
+            continue
+    return pids, rss, cpu
+
+
+def start_server(workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], Target]:
+    store = workdir / "store"
+    build_demo_store(store)
+    properties = workdir / "config.properties"
+    properties.write_text(
+        "inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\n"
+        "metrics_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\n"
+        f"disable_token_authorization=true\nmodel_store={store}\n"
+        "load_models=echo=echo.mar,textgen=textgen,stateful=stateful.mar\n"
+        f"default_workers_per_model={args.workers}\nserving_processes={args.serving_processes}\n"
+        "shutdown_grace_seconds=10\n"
+    )
+    command = [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config"]
+    launched = launch(
+        [*command, str(properties)], log_path=workdir / "server.log", cwd=workdir, timeout=180
+    )
+    if not launched.ready:
+        stop_server(launched.process)
+        raise SystemExit(f"the server did not start: {launched.report}; see {workdir}/server.log")
+    port = launched.port
+    return launched.process, Target(
+        port("inference"), port("grpc_inference"), port("metrics"), args.rate
+    )
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> tuple[str, bool]:
+    """SIGTERM, wait for the drain; SIGKILL by PID (the server, then what it left) if it hangs."""
+    if process.poll() is not None:
+        return f"had already exited ({process.returncode})", False
+    try:
+        kids = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        kids = []
+    began = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    try:
+        code: int | None = process.wait(STOP_GRACE)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+        code = None
+    took = time.monotonic() - began
+    _, alive = psutil.wait_procs(kids, timeout=15)
+    for proc in alive:
+        proc.kill()  # psutil checks it is still the same process
+    text = f"exit {code} after {took:.1f} s" if code is not None else f"killed after {took:.0f} s"
+    text += f", {len(alive)} children left (killed)" if alive else ", no process left"
+    return text, code == 0 and not alive
+
+
+async def server_counts(target: Target) -> dict[str, float]:
+    """From the metrics port: echo requests answered so far, stateful's open sequences."""
+    url = f"http://127.0.0.1:{target.metrics_port}/metrics"
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            text = (await client.get(url)).text
+    except httpx.HTTPError:
+        return {}
+    found = {}
+    for name, pattern in (
+        ("echo requests", r'^ts_inference_requests_total\{[^}]*model_name="echo"[^}]*\} (\S+)'),
+        ("open sequences", r'^ts_open_sequences\{[^}]*model_name="stateful"[^}]*\} (\S+)'),
+    ):
+        if match := re.search(pattern, text, re.MULTILINE):
+            found[name] = float(match.group(1))
+    return found
+
+
+async def warm_up(run: Run) -> None:
+    """A few seconds of each kind, so a server that cannot serve them stops the soak at once."""
+    await learn_expected(run.target)
+    await run_all(run.target, 3.0, http_conns=2, grpc_conns=1)
+    bad = {k: t.texts for k, t in run.target.tallies.items() if t.errors}
+    if bad:
+        raise SystemExit(f"warm-up failed: {bad}")
+    run.target.tallies = {k: Tally() for k in KINDS}
+    run.metrics.append(await server_counts(run.target))
+
+
+async def soak(run: Run, root: int, args: argparse.Namespace) -> None:
+    began = time.monotonic()
+
+    def sample() -> Sample:
+        pids, rss, _ = tree(root)
+        counts = {k: (t.done, t.errors, t.own) for k, t in run.target.tallies.items()}
+        run.samples.append(Sample(time.monotonic() - began, counts, rss, pids))
+        return run.samples[-1]
+
+    async def sampler() -> None:
+        shown = 0.0
+        while (left := args.seconds - (time.monotonic() - began)) > 0:
+            await asyncio.sleep(min(args.interval, left))
+            last = sample()
+            if last.t - shown >= 30:
+                shown = last.t
+                done, errors = (sum(c[i] for c in last.counts.values()) for i in (0, 1))
+                print(
+                    f"  {last.t:6.0f} s: {done} done, {errors} errors, RSS "
+                    f"{last.rss / MiB:.0f} MiB, {len(last.pids)} processes",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    sample()
+    async with asyncio.timeout(args.seconds + 120):  # every client stops by itself before
+        clients = run_all(run.target, args.seconds, args.http_conns, args.grpc_conns)
+        await asyncio.gather(sampler(), clients)
+    run.metrics.append(await server_counts(run.target))  # with every client stopped
+
+
+def kinds_table(run: Run, wall: float) -> tuple[list[str], int]:
+    lines = ["| kind | answered | per s | errors | abandoned streams' own errors |"]
+    lines.append("|---|---:|---:|---:|---:|")
+    for kind, t in run.target.tallies.items():
+        own = str(t.own) if kind in ABANDONED else "-"
+        lines.append(f"| {kind} | {t.done} | {t.done / wall:.1f} | {t.errors} | {own} |")
+    done = sum(t.done for t in run.target.tallies.values())
+    errors = sum(t.errors for t in run.target.tallies.values())
+    lines.append(f"| **all** | {done} | {done / wall:.1f} | {errors} | |")
+    return lines, errors
+
+
+def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
+    first, end = run.samples[0], run.samples[-1]
+    lines = [
+        f"soak: {args.minutes:g} min, serving_processes={args.serving_processes}, "
+        f"default_workers_per_model={args.workers} (stateful: 2), rate x{args.rate:g}, "
+        f"{args.http_conns} HTTP + {args.grpc_conns} gRPC echo connections",
+        "",
+    ]
+    table, errors = kinds_table(run, max(end.t, 1e-9))
+    lines += table
+    base_t = min(BASELINE_S, args.seconds / 3)
+    base = next(s for s in run.samples if s.t >= base_t or s is end)
+    growth = (end.rss - base.rss) * 100 / base.rss if base.rss else float("inf")
+    short = " (a short run: the baseline is at a third of it)" if base_t < BASELINE_S else ""
+    lines += [
+        "",
+        f"RSS of the whole tree: {first.rss / MiB:.1f} MiB at the start, {base.rss / MiB:.1f} "
+        f"MiB at {base.t:.0f} s{short}, {end.rss / MiB:.1f} MiB at the end ({end.t:.0f} s), "
+        f"max {max(s.rss for s in run.samples) / MiB:.1f} MiB: {growth:+.2f} % after "
+        f"{base.t:.0f} s",
+    ]
+    # Every pid of the first sample must be in the last, or replaced by one of the same role.
+    gone = {p: r for p, r in first.pids.items() if p not in end.pids}
+    new: dict[int, str] = {}
+    for s in run.samples:
+        new.update({p: f"{r} at {s.t:.0f} s" for p, r in s.pids.items() if p not in first.pids})
+    roles_new = collections.Counter(d.split()[0] for d in new.values())
+    roles_gone = collections.Counter(gone.values())
+    missing = sum((roles_gone - roles_new).values())
+
+    def roles(pids: dict[int, str]) -> str:
+        return ", ".join(f"{n} {r}" for r, n in sorted(collections.Counter(pids.values()).items()))
+
+    lines.append(
+        f"processes alive: {len(first.pids)} at the start ({roles(first.pids)}), "
+        f"{len(end.pids)} at the end ({roles(end.pids)})"
+    )
+    failures = re.findall(r"WARNING \S+ worker (\S+) failed: (.{0,120})", run.log)
+    if gone or new or failures:
+        lines.append(f"  gone: {gone or 'none'}; new: {new or 'none'}; {missing} not replaced")
+        lines += [f"  server log: worker {w} failed: {why}" for w, why in failures[:5]]
+    before, after = run.cpu
+    lines.append(
+        "CPU seconds over the run: "
+        + ", ".join(
+            f"{end.pids.get(p, 'gone')} {p} {after[p] - before.get(p, 0.0):.1f}"
+            for p in sorted(after)
+        )
+    )
+    start_counts, end_counts = [*run.metrics, {}, {}][:2]
+    sent = sum(t.done + t.errors for k, t in run.target.tallies.items() if k.endswith("echo"))
+    if "echo requests" in end_counts:
+        served = end_counts["echo requests"] - start_counts.get("echo requests", 0)
+        echo = f"{served:.0f} echo requests ({sent} sent{'' if served == sent else ': MISMATCH'})"
+    else:
+        echo = f"no echo request count ({sent} sent)"
+    opened = end_counts.get("open sequences", "n/a")
+    lines.append(f"server's metrics: {echo}, open sequences after the run: {opened}")
+    problems = [ln for ln in run.log.splitlines() if re.search(r" (ERROR|CRITICAL) |Traceback", ln)]
+    lines.append(f"server log: {len(problems)} ERROR/CRITICAL/Traceback lines")
+    lines += [f"    {ln[:240]}" for ln in problems[:5]]
+    lines.append(f"server stop (SIGTERM): {run.stopped[0]}")
+    for kind, t in run.target.tallies.items():
+        lines += [f"    {kind} error: {text}" for text in t.texts]
+        lines += [f"    {kind} own error (expected): {text}" for text in t.own_texts]
+    met = errors == 0 and missing == 0 and growth < BAR_RSS_GROWTH and run.stopped[1]
+    lines += [
+        "",
+        f"**verdict: {'PASS' if met else 'FAIL'}** (bar: 0 errors besides the abandoned "
+        f"streams' own: {errors}; every process alive at the end or replaced: {len(gone)} gone, "
+        f"{missing} not replaced; RSS growth < {BAR_RSS_GROWTH:g} % after {base.t:.0f} s: "
+        f"{growth:+.2f} %; clean stop: {'yes' if run.stopped[1] else 'no'})",
+    ]
+    return "\n".join(lines), met
+
+
+def write_samples(path: Path, samples: list[Sample]) -> None:
+    head = ["t_s", "rss_mib", "processes"] + [f"{k}_{c}" for k in KINDS for c in ("ok", "err")]
+    rows = ["\t".join(head)]
+    for s in samples:
+        cells = [f"{s.t:.1f}", f"{s.rss / MiB:.1f}", str(len(s.pids))]
+        rows.append("\t".join(cells + [str(s.counts[k][i]) for k in KINDS for i in (0, 1)]))
+    path.write_text("\n".join(rows) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--serving-processes", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="default_workers_per_model")
+    parser.add_argument("--rate", type=float, default=1.0, help="scales every client's pace")
+    parser.add_argument("--http-conns", type=int, default=16)
+    parser.add_argument("--grpc-conns", type=int, default=4)
+    parser.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
+    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--samples", type=Path, default=None, help="the samples, as TSV")
+    parser.add_argument("--log", type=Path, default=None, help="keep the server's log here")
+    args = parser.parse_args()
+    args.seconds = args.minutes * 60
+    with tempfile.TemporaryDirectory(prefix="trioserve-soak-") as tmp:
+        workdir = Path(tmp)
+        process, target = start_server(workdir, args)
+        run = Run(target)
+        try:
+            asyncio.run(warm_up(run))
+            run.cpu.append(tree(process.pid)[2])
+            print(f"soak: {args.minutes:g} min, server pid {process.pid}", file=sys.stderr)
+            asyncio.run(soak(run, process.pid, args))
+            run.cpu.append(tree(process.pid)[2])
+        finally:
+            run.stopped = stop_server(process)
+            run.log = (workdir / "server.log").read_text(errors="replace")
+            if args.log:
+                args.log.write_text(run.log)
+    text, met = report(run, args)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    if args.samples:
+        write_samples(args.samples, run.samples)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
