@@ -48,6 +48,7 @@ BAR_RSS_GROWTH = 5.0  # %
 BASELINE_S = 120.0
 STOP_GRACE = 60.0  # s for the server to drain and exit after SIGTERM
 MiB = 2**20
+MODELS = ("echo", "textgen", "stateful")
 
 
 @dataclass
@@ -64,6 +65,8 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     cpu: list[dict[int, float]] = field(default_factory=list)  # CPU s per pid: start, end
     metrics: list[dict[str, float]] = field(default_factory=list)  # start, end
+    workers: list[dict[int, str]] = field(default_factory=list)  # management API: start, end
+    client_cpu: float = 0.0
     log: str = ""
     stopped: tuple[str, bool] = ("not stopped", False)
 
@@ -120,7 +123,7 @@ def start_server(workdir: Path, args: argparse.Namespace) -> tuple[subprocess.Po
         raise SystemExit(f"the server did not start: {launched.report}; see {workdir}/server.log")
     port = launched.port
     return launched.process, Target(
-        port("inference"), port("grpc_inference"), port("metrics"), args.rate
+        port("inference"), port("grpc_inference"), port("metrics"), port("management"), args.rate
     )
 
 
@@ -167,6 +170,20 @@ async def server_counts(target: Target) -> dict[str, float]:
     return found
 
 
+async def described_workers(target: Target) -> dict[int, str]:
+    """pid -> "model STATUS" for every worker the management API describes."""
+    found = {}
+    async with httpx.AsyncClient(timeout=30) as client:
+        for model in MODELS:
+            url = f"http://127.0.0.1:{target.management_port}/models/{model}"
+            try:
+                for worker in (await client.get(url)).json()[0]["workers"]:
+                    found[int(worker["pid"])] = f"{model} {worker['status']}"
+            except (httpx.HTTPError, ValueError, LookupError, TypeError):
+                found[-1] = f"{model} not described"
+    return found
+
+
 async def warm_up(run: Run) -> None:
     """A few seconds of each kind, so a server that cannot serve them stops the soak at once."""
     await learn_expected(run.target)
@@ -176,6 +193,7 @@ async def warm_up(run: Run) -> None:
         raise SystemExit(f"warm-up failed: {bad}")
     run.target.tallies = {k: Tally() for k in KINDS}
     run.metrics.append(await server_counts(run.target))
+    run.workers.append(await described_workers(run.target))
 
 
 async def soak(run: Run, root: int, args: argparse.Namespace) -> None:
@@ -207,6 +225,7 @@ async def soak(run: Run, root: int, args: argparse.Namespace) -> None:
         clients = run_all(run.target, args.seconds, args.http_conns, args.grpc_conns)
         await asyncio.gather(sampler(), clients)
     run.metrics.append(await server_counts(run.target))  # with every client stopped
+    run.workers.append(await described_workers(run.target))
 
 
 def kinds_table(run: Run, wall: float) -> tuple[list[str], int]:
@@ -263,13 +282,30 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
         lines.append(f"  gone: {gone or 'none'}; new: {new or 'none'}; {missing} not replaced")
         lines += [f"  server log: worker {w} failed: {why}" for w, why in failures[:5]]
     before, after = run.cpu
-    lines.append(
-        "CPU seconds over the run: "
-        + ", ".join(
-            f"{end.pids.get(p, 'gone')} {p} {after[p] - before.get(p, 0.0):.1f}"
-            for p in sorted(after)
+    model = {p: d.split()[0] for p, d in run.workers[0].items()} if run.workers else {}
+    used = [
+        f"{' '.join(filter(None, (end.pids.get(p, 'gone'), model.get(p))))} {p}: "
+        f"{after[p] - before.get(p, 0):.1f}"
+        for p in sorted(after)
+    ]
+    lines.append(f"CPU seconds over the run: {', '.join(used)}; this client: {run.client_cpu:.1f}")
+    serving = sum(1 for r in end.pids.values() if r in ("server", "serving"))
+    if serving != args.serving_processes:
+        lines.append(
+            f"NOTE: serving_processes={args.serving_processes} asked, {serving} serving "
+            "process(es) seen: this run did not exercise more than that"
         )
-    )
+    for when, described in zip(("start", "end"), run.workers, strict=False):
+        tree_workers = {
+            p for p, r in (first if when == "start" else end).pids.items() if r == "worker"
+        }
+        ready = all(d.endswith(" READY") for d in described.values())
+        same = set(described) == tree_workers
+        lines.append(
+            f"management API at the {when}: {len(described)} workers described, all READY: "
+            f"{'yes' if ready else 'NO'}, the same pids as the tree's workers: "
+            f"{'yes' if same else f'NO {sorted(described)} vs {sorted(tree_workers)}'}"
+        )
     start_counts, end_counts = [*run.metrics, {}, {}][:2]
     sent = sum(t.done + t.errors for k, t in run.target.tallies.items() if k.endswith("echo"))
     if "echo requests" in end_counts:
@@ -292,7 +328,8 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
         f"**verdict: {'PASS' if met else 'FAIL'}** (bar: 0 errors besides the abandoned "
         f"streams' own: {errors}; every process alive at the end or replaced: {len(gone)} gone, "
         f"{missing} not replaced; RSS growth < {BAR_RSS_GROWTH:g} % after {base.t:.0f} s: "
-        f"{growth:+.2f} %; clean stop: {'yes' if run.stopped[1] else 'no'})",
+        f"{growth:+.2f} %; clean stop: {'yes' if run.stopped[1] else 'no'}); besides the bar, "
+        f"{len(problems)} ERROR lines in the server log",
     ]
     return "\n".join(lines), met
 
@@ -328,8 +365,10 @@ def main() -> int:
             asyncio.run(warm_up(run))
             run.cpu.append(tree(process.pid)[2])
             print(f"soak: {args.minutes:g} min, server pid {process.pid}", file=sys.stderr)
+            client_cpu = sum(psutil.Process().cpu_times()[:2])
             asyncio.run(soak(run, process.pid, args))
             run.cpu.append(tree(process.pid)[2])
+            run.client_cpu = sum(psutil.Process().cpu_times()[:2]) - client_cpu
         finally:
             run.stopped = stop_server(process)
             run.log = (workdir / "server.log").read_text(errors="replace")

@@ -37,20 +37,12 @@ from trioserve._proto.org.pytorch.serve.grpc.inference import (
     PredictionsRequest,
 )
 
-KINDS = (
-    "http-echo",
-    "grpc-echo",
-    "sse-full",
-    "sse-abandon",
-    "grpc-abandon",
-    "seq-http",
-    "seq-grpc",
-)
-ABANDONED = frozenset({"sse-abandon", "grpc-abandon"})
+ABANDONED = ("sse-abandon", "grpc-abandon")
+KINDS = ("http-echo", "grpc-echo", "sse-full", *ABANDONED, "seq-http", "seq-grpc")
 TIMEOUT = 30.0  # one request, stream or sequence
 KEEP_TEXTS = 5
 PROMPTS = ("hello", "the quick model", "soak test", "one more stream")
-FULL_TOKENS, ABANDON_TOKENS, ABANDON_AFTER = 16, 256, 3
+FULL_TOKENS, ABANDON_TOKENS, ABANDON_MOST = 16, 256, 4  # abandoned after 0 to 4 events
 TS = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/"
 MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 
@@ -71,12 +63,10 @@ class Tally:
         text = f"{time.strftime('%H:%M:%S')} {type(error).__name__}: {error}"[:300]
         if own:
             self.own += 1
-            if len(self.own_texts) < KEEP_TEXTS:
-                self.own_texts.append(text)
         else:
             self.errors += 1
-            if len(self.texts) < KEEP_TEXTS:
-                self.texts.append(text)
+        if len(kept := self.own_texts if own else self.texts) < KEEP_TEXTS:
+            kept.append(text)
 
 
 @dataclass
@@ -84,6 +74,7 @@ class Target:
     http_port: int
     grpc_port: int
     metrics_port: int
+    management_port: int
     rate: float  # scales every client's pace
     expected: dict[tuple[str, int], list[str]] = field(default_factory=dict)  # textgen words
     tallies: dict[str, Tally] = field(default_factory=lambda: {k: Tally() for k in KINDS})
@@ -199,13 +190,14 @@ async def http_echo(target: Target, deadline: float, n: int) -> None:
 async def grpc_echo(target: Target, deadline: float, n: int, callers: int = 2) -> None:
     """``callers`` concurrent callers on one channel; the channel is remade every minute."""
     channel = Channel("127.0.0.1", target.grpc_port)
-    made, count = time.monotonic(), 0
+    made, count, channels = time.monotonic(), 0, [channel]
 
     async def once() -> None:
         nonlocal channel, made, count
-        if time.monotonic() - made > 60:
-            channel.close()
+        if time.monotonic() - made > 60:  # the old one closes once its calls are over
+            asyncio.get_running_loop().call_later(TIMEOUT + 5, channel.close)
             channel, made = Channel("127.0.0.1", target.grpc_port), time.monotonic()
+            channels.append(channel)
         count += 1
         payload = f"grpc {n} {count}".encode()
         stub = InferenceApIsServiceStub(channel)
@@ -221,7 +213,8 @@ async def grpc_echo(target: Target, deadline: float, n: int, callers: int = 2) -
             for _ in range(callers):
                 group.create_task(paced(deadline, 0.2 / target.rate, tally, once, lambda: None))
     finally:
-        channel.close()
+        for each in channels:
+            each.close()
 
 
 async def sse(target: Target, deadline: float, abandon: bool) -> None:
@@ -232,27 +225,29 @@ async def sse(target: Target, deadline: float, abandon: bool) -> None:
     async with httpx.AsyncClient(timeout=TIMEOUT) as client:
 
         async def once() -> None:
-            prompt, words, leaving = random.choice(PROMPTS), [], False
+            prompt, leaving = random.choice(PROMPTS), False
+            words: list[str] = []
             want = target.expected[prompt, tokens]
+            stop = random.randint(0, ABANDON_MOST) if abandon else None  # events read
             try:
                 body = oip_body(prompt, tokens, 0.02 if abandon else 0.0)
                 async with client.stream("POST", url, json=body) as response:
                     if response.status_code != 200:
                         raise Wrong(f"{kind}: {response.status_code} {await response.aread()!r}")
                     async for line in response.aiter_lines():
+                        if len(words) == stop:
+                            leaving = True  # the client goes away mid-stream
+                            break
                         if line.startswith("data:"):
                             event = json.loads(line[5:])
                             if "error" in event:
                                 raise Wrong(f"{kind}: error event {line[:200]}")
                             words.append(event["outputs"][0]["data"][0])
-                            if abandon and len(words) == ABANDON_AFTER:
-                                leaving = True  # the client goes away mid-stream
-                                break
             except Exception as error:
                 if not leaving:
                     raise
                 tally.fail(error, own=True)  # raised by the close: the stream's own
-            if words != (want[:ABANDON_AFTER] if abandon else want):
+            if words != want[:stop]:
                 raise Wrong(f"{kind}: {words[:20]} != {want[:20]}")
 
         await paced(deadline, 0.5 / target.rate, tally, once, lambda: None)
@@ -290,13 +285,14 @@ async def grpc_abandon(target: Target, deadline: float) -> None:
             ],
         )
         channel, leaving = Channel("127.0.0.1", target.grpc_port), False
+        stop = random.randint(0, ABANDON_MOST)  # messages read before the cancel
         words: list[str] = []
         try:
             async with channel.request(
                 MODEL_STREAM_INFER, Cardinality.STREAM_STREAM, ModelInferRequest, ModelInferResponse
             ) as stream:
                 await stream.send_message(request, end=True)
-                while len(words) < ABANDON_AFTER:
+                while len(words) < stop:
                     if (reply := await stream.recv_message()) is None:
                         raise Wrong(f"grpc-abandon: the stream ended after {words}")
                     words += grpc_words(reply)
@@ -308,9 +304,7 @@ async def grpc_abandon(target: Target, deadline: float) -> None:
             tally.fail(error, own=True)
         finally:
             channel.close()
-        if words[:ABANDON_AFTER] != (
-            want := target.expected[prompt, ABANDON_TOKENS][:ABANDON_AFTER]
-        ):
+        if words[:stop] != (want := target.expected[prompt, ABANDON_TOKENS][:stop]):
             raise Wrong(f"grpc-abandon: {words} != {want}")
 
     await paced(deadline, 1.0 / target.rate, tally, once, lambda: None)
@@ -342,9 +336,10 @@ async def seq_http(target: Target, deadline: float, n: int, hop: bool) -> None:
             total += value
             if status != 200 or data != str(total).encode():
                 raise Wrong(f"seq-http {sequence}: {status} {data[:200]!r}, want {total}")
-            if got.get("ts_request_sequence_id") != (sequence or got.get("ts_request_sequence_id")):
-                raise Wrong(f"seq-http: id {got.get('ts_request_sequence_id')} != {sequence}")
-            sequence = got["ts_request_sequence_id"]
+            named = got.get("ts_request_sequence_id", "")
+            if not named or named != (sequence or named):
+                raise Wrong(f"seq-http: the answer names sequence {named!r}, not {sequence!r}")
+            sequence = named
             await asyncio.sleep(0.02)
         if got.get("ts_request_sequence_end") != sequence:
             raise Wrong(f"seq-http {sequence}: no end header on the last answer")
