@@ -49,14 +49,22 @@ BASELINE_S = 120.0
 STOP_GRACE = 60.0  # s for the server to drain and exit after SIGTERM
 MiB = 2**20
 MODELS = ("echo", "textgen", "stateful")
+ROLES = ("server", "serving", "worker", "other")
 
 
 @dataclass
 class Sample:
     t: float  # seconds since the load began
     counts: dict[str, tuple[int, int, int]]  # kind -> (done, errors, own)
-    rss: int  # bytes, whole tree
+    rss_of: dict[int, int]  # pid -> RSS, bytes
     pids: dict[int, str]  # pid -> role
+
+    @property
+    def rss(self) -> int:
+        return sum(self.rss_of.values())
+
+    def role_rss(self, role: str) -> int:
+        return sum(b for p, b in self.rss_of.items() if self.pids.get(p) == role)
 
 
 @dataclass
@@ -80,20 +88,20 @@ def role(proc: psutil.Process, root: int) -> str:
     return "worker" if "trioserve.worker" in line else "other"
 
 
-def tree(root: int) -> tuple[dict[int, str], int, dict[int, float]]:
-    """The live processes of the tree (pid -> role), their summed RSS and CPU seconds each."""
+def tree(root: int) -> tuple[dict[int, str], dict[int, int], dict[int, float]]:
+    """The live processes of the tree: pid -> role, RSS (bytes) and CPU seconds."""
     try:
         top = psutil.Process(root)
         procs = [top, *top.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return {}, 0, {}
-    pids, rss, cpu = {}, 0, {}
+        return {}, {}, {}
+    pids, rss, cpu = {}, {}, {}
     for proc in procs:
         try:
             with proc.oneshot():
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue
-                rss += proc.memory_info().rss
+                rss[proc.pid] = proc.memory_info().rss
                 times = proc.cpu_times()
                 pids[proc.pid] = role(proc, root)
             cpu[proc.pid] = times.user + times.system
@@ -228,6 +236,18 @@ async def soak(run: Run, root: int, args: argparse.Namespace) -> None:
     run.workers.append(await described_workers(run.target))
 
 
+def log_errors(log: str) -> list[str]:
+    """Each ERROR or CRITICAL record of the log: its first line, and its last if it has more
+    (a traceback's exception)."""
+    records = re.split(r"\n(?=\d{4}-\d\d-\d\d )", log)
+    found = []
+    for record in records:
+        head, *rest = record.strip().splitlines() or [""]
+        if re.search(r" (ERROR|CRITICAL) ", head):
+            found.append(head[:200] + (f" ... {rest[-1].strip()[:200]}" if rest else ""))
+    return found
+
+
 def kinds_table(run: Run, wall: float) -> tuple[list[str], int]:
     lines = ["| kind | answered | per s | errors | abandoned streams' own errors |"]
     lines.append("|---|---:|---:|---:|---:|")
@@ -261,6 +281,17 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
         f"max {max(s.rss for s in run.samples) / MiB:.1f} MiB: {growth:+.2f} % after "
         f"{base.t:.0f} s",
     ]
+    model = {p: d.split()[0] for p, d in run.workers[0].items()} if run.workers else {}
+
+    def name(p: int) -> str:
+        return " ".join(filter(None, (first.pids.get(p) or end.pids.get(p, "gone"), model.get(p))))
+
+    each = [
+        f"{name(p)} {p} {base.rss_of[p] / MiB:.1f} → {end.rss_of[p] / MiB:.1f}"
+        for p in sorted(end.rss_of)
+        if p in base.rss_of
+    ]
+    lines.append(f"RSS per process, MiB, {base.t:.0f} s → end: {', '.join(each)}")
     # Every pid of the first sample must be in the last, or replaced by one of the same role.
     gone = {p: r for p, r in first.pids.items() if p not in end.pids}
     new: dict[int, str] = {}
@@ -282,12 +313,7 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
         lines.append(f"  gone: {gone or 'none'}; new: {new or 'none'}; {missing} not replaced")
         lines += [f"  server log: worker {w} failed: {why}" for w, why in failures[:5]]
     before, after = run.cpu
-    model = {p: d.split()[0] for p, d in run.workers[0].items()} if run.workers else {}
-    used = [
-        f"{' '.join(filter(None, (end.pids.get(p, 'gone'), model.get(p))))} {p}: "
-        f"{after[p] - before.get(p, 0):.1f}"
-        for p in sorted(after)
-    ]
+    used = [f"{name(p)} {p}: {after[p] - before.get(p, 0):.1f}" for p in sorted(after)]
     lines.append(f"CPU seconds over the run: {', '.join(used)}; this client: {run.client_cpu:.1f}")
     serving = sum(1 for r in end.pids.values() if r in ("server", "serving"))
     if serving != args.serving_processes:
@@ -315,9 +341,9 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
         echo = f"no echo request count ({sent} sent)"
     opened = end_counts.get("open sequences", "n/a")
     lines.append(f"server's metrics: {echo}, open sequences after the run: {opened}")
-    problems = [ln for ln in run.log.splitlines() if re.search(r" (ERROR|CRITICAL) |Traceback", ln)]
-    lines.append(f"server log: {len(problems)} ERROR/CRITICAL/Traceback lines")
-    lines += [f"    {ln[:240]}" for ln in problems[:5]]
+    problems = log_errors(run.log)
+    lines.append(f"server log: {len(problems)} ERROR/CRITICAL records")
+    lines += [f"    {text}" for text in problems[:5]]
     lines.append(f"server stop (SIGTERM): {run.stopped[0]}")
     for kind, t in run.target.tallies.items():
         lines += [f"    {kind} error: {text}" for text in t.texts]
@@ -329,16 +355,18 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
         f"streams' own: {errors}; every process alive at the end or replaced: {len(gone)} gone, "
         f"{missing} not replaced; RSS growth < {BAR_RSS_GROWTH:g} % after {base.t:.0f} s: "
         f"{growth:+.2f} %; clean stop: {'yes' if run.stopped[1] else 'no'}); besides the bar, "
-        f"{len(problems)} ERROR lines in the server log",
+        f"{len(problems)} ERROR records in the server log",
     ]
     return "\n".join(lines), met
 
 
 def write_samples(path: Path, samples: list[Sample]) -> None:
-    head = ["t_s", "rss_mib", "processes"] + [f"{k}_{c}" for k in KINDS for c in ("ok", "err")]
+    head = ["t_s", "rss_mib", "processes"] + [f"rss_{r}_mib" for r in ROLES]
+    head += [f"{k}_{c}" for k in KINDS for c in ("ok", "err")]
     rows = ["\t".join(head)]
     for s in samples:
         cells = [f"{s.t:.1f}", f"{s.rss / MiB:.1f}", str(len(s.pids))]
+        cells += [f"{s.role_rss(r) / MiB:.1f}" for r in ROLES]
         rows.append("\t".join(cells + [str(s.counts[k][i]) for k in KINDS for i in (0, 1)]))
     path.write_text("\n".join(rows) + "\n")
 
