@@ -295,8 +295,10 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
     # Every pid of the first sample must be in the last, or replaced by one of the same role.
     gone = {p: r for p, r in first.pids.items() if p not in end.pids}
     new: dict[int, str] = {}
-    for s in run.samples:
-        new.update({p: f"{r} at {s.t:.0f} s" for p, r in s.pids.items() if p not in first.pids})
+    for s in run.samples:  # when each new one was first seen
+        for p, r in s.pids.items():
+            if p not in first.pids:
+                new.setdefault(p, f"{r} at {s.t:.0f} s")
     roles_new = collections.Counter(d.split()[0] for d in new.values())
     roles_gone = collections.Counter(gone.values())
     missing = sum((roles_gone - roles_new).values())
@@ -308,10 +310,11 @@ def report(run: Run, args: argparse.Namespace) -> tuple[str, bool]:
         f"processes alive: {len(first.pids)} at the start ({roles(first.pids)}), "
         f"{len(end.pids)} at the end ({roles(end.pids)})"
     )
-    failures = re.findall(r"WARNING \S+ worker (\S+) failed: (.{0,120})", run.log)
+    ended = r" WARNING .*?((?:worker \S+ failed|serving process \d+ ended)[^\n]{0,120})"
+    failures = re.findall(ended, run.log)
     if gone or new or failures:
         lines.append(f"  gone: {gone or 'none'}; new: {new or 'none'}; {missing} not replaced")
-        lines += [f"  server log: worker {w} failed: {why}" for w, why in failures[:5]]
+        lines += [f"  server log: {text}" for text in failures[:5]]
     before, after = run.cpu
     used = [f"{name(p)} {p}: {after[p] - before.get(p, 0):.1f}" for p in sorted(after)]
     lines.append(f"CPU seconds over the run: {', '.join(used)}; this client: {run.client_cpu:.1f}")
