@@ -20,7 +20,8 @@ reported); the tree's RSS growing < 5 % from the sample at 2 minutes (at a third
 when that is earlier) to the end; and the server exiting 0 on SIGTERM with no process left.
 Exit status 0 only when it is met. The server's own counts (its metrics port: echo requests,
 open sequences after the run) are printed beside the clients'. Loopback only; every client
-stops at its own deadline; the server is stopped by PID.
+stops at its own deadline; the server is stopped by PID. (A little over 400 lines, as is
+``soak_clients.py``: this file is the run, its samples, checks and report, read as one.)
 """
 
 from __future__ import annotations
