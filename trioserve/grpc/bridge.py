@@ -281,7 +281,9 @@ class _Bridge:
 async def _send(stream: grpclib.server.Stream[Any, Any], message: Any) -> None:
     try:
         await stream.send_message(message)
-    except StreamTerminatedError:
+    except (StreamTerminatedError, h2.exceptions.StreamClosedError):
+        # h2 raises the second when the client reset the stream before grpclib noticed
+        # (a client cancelling a stream between two of its messages).
         raise client_went_away() from None
 
 
