@@ -240,6 +240,9 @@ async def in_process_stream(model: Any, types: Any, tokens: int, phase: Phase) -
     phase.events += got
 
 
+Stream = Callable[[int, "Phase"], Awaitable[None]]  # (tokens, phase): one stream, counted
+
+
 async def run_phase(
     clients: int, streams: int, limit: float, one: Callable[[Phase], Awaitable[None]]
 ) -> tuple[Phase, float]:
@@ -296,31 +299,27 @@ async def measure(server: Server, args: argparse.Namespace) -> list[Row]:
         answer = await http.post(f"{base}/infer", json={**PROMPT, "parameters": {"max_tokens": 64}})
         answer.raise_for_status()
         server.expected = text_of(answer.json()["outputs"]).replace(" ", "")
+
+    async def measure(kind: str, clients: int, streams: int, stream: Stream) -> None:
+        """A short warm-up (one stream of 8 tokens per client), then the measured phase."""
+        await run_phase(clients, 1, args.time_limit, lambda p: stream(8, p))
+        before = cpu_seconds(watched)
+        phase, wall = await run_phase(
+            clients, streams, args.time_limit, lambda p: stream(args.tokens, p)
+        )
+        rows.append(Row(server.name, kind, clients, phase, wall, cpu_seconds(watched) - before))
+
     for clients in [int(c) for c in args.clients.split(",")]:
         streams = max(args.streams, math.ceil(args.min_streams / clients))
         limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
         async with httpx.AsyncClient(timeout=60, limits=limits) as http:
-            await run_phase(clients, 1, args.time_limit,
-                            lambda p, h=http: sse_stream(h, server, 8, p))  # fmt: skip
-            before = cpu_seconds(watched)
-            phase, wall = await run_phase(
-                clients, streams, args.time_limit,
-                lambda p, h=http: sse_stream(h, server, args.tokens, p),
-            )  # fmt: skip
-            rows.append(Row(server.name, "SSE", clients, phase, wall,
-                            cpu_seconds(watched) - before))  # fmt: skip
+            await measure("SSE", clients, streams, lambda n, p, h=http: sse_stream(h, server, n, p))
         channel = Channel("127.0.0.1", server.grpc_port)
         try:
             stub = GrpcInferenceServiceStub(channel)
-            await run_phase(clients, 1, args.time_limit,
-                            lambda p, s=stub: grpc_stream(s, server, 8, p))  # fmt: skip
-            before = cpu_seconds(watched)
-            phase, wall = await run_phase(
-                clients, streams, args.time_limit,
-                lambda p, s=stub: grpc_stream(s, server, args.tokens, p),
-            )  # fmt: skip
-            rows.append(Row(server.name, "gRPC", clients, phase, wall,
-                            cpu_seconds(watched) - before))  # fmt: skip
+            await measure(
+                "gRPC", clients, streams, lambda n, p, s=stub: grpc_stream(s, server, n, p)
+            )
         finally:
             channel.close()
     return rows

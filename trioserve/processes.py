@@ -68,10 +68,7 @@ async def open_shared(config: ServerConfig) -> Shared:
         for listener in http[0]:
             listener.socket.close()
         raise
-    for listener in http[0]:
-        listener.socket.set_inheritable(True)
-    grpc.set_inheritable(True)
-    return Shared(http, grpc)
+    return Shared(http, grpc)  # (pass_fds makes the children's copies inheritable)
 
 
 def other_processes(

@@ -244,6 +244,24 @@ def grpc_listeners(
     ]
 
 
+def grpc_service(
+    plan: list[GrpcListener],
+    config: ServerConfig,
+    tokens: TokenStore | None,
+    shutdown: trio.Event,
+) -> Callable[..., Awaitable[None]]:
+    """The task that serves the planned gRPC ports until ``shutdown`` (then drains them)."""
+    return partial(
+        serve_grpc,
+        plan,
+        tokens=tokens,
+        max_request_size=config.max_request_size,
+        limits=config.request_limits,
+        shutdown_trigger=shutdown.wait,
+        graceful_timeout=config.shutdown_grace_seconds,
+    )
+
+
 async def _watch_signals(shutdown: trio.Event, force: Callable[[], None]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
@@ -344,26 +362,15 @@ async def serve(
                             opened=shared.http if shared is not None and fast else None,
                         )
                     )
-                bound.update(
-                    await listeners.start(
-                        partial(
-                            serve_grpc,
-                            grpc_listeners(
-                                config,
-                                dataplane,
-                                management,
-                                shutdown.is_set,
-                                tls,
-                                None if shared is None else shared.grpc,
-                            ),
-                            tokens=tokens,
-                            max_request_size=config.max_request_size,
-                            limits=config.request_limits,
-                            shutdown_trigger=shutdown.wait,
-                            graceful_timeout=config.shutdown_grace_seconds,
-                        )
-                    )
+                plan = grpc_listeners(
+                    config,
+                    dataplane,
+                    management,
+                    shutdown.is_set,
+                    tls,
+                    None if shared is None else shared.grpc,
                 )
+                bound.update(await listeners.start(grpc_service(plan, config, tokens, shutdown)))
                 if tokens is not None:  # writes and fsyncs the key file
                     await trio.to_thread.run_sync(tokens.publish)
                     log.info("token authorization is on: keys are in %s", tokens.path)

@@ -37,7 +37,6 @@ from trioserve.assembly import (
 from trioserve.auth import TokenStore
 from trioserve.config import ServerConfig
 from trioserve.core.serving_frames import READY
-from trioserve.grpc.bridge import serve_grpc
 from trioserve.http.cors import install_cors
 from trioserve.metrics import ServerMetrics
 from trioserve.runtime.attach import AttachLauncher
@@ -45,7 +44,7 @@ from trioserve.runtime.link import Link
 from trioserve.runtime.manager import ModelManager
 from trioserve.runtime.serving_control import Setup
 from trioserve.runtime.serving_member import ControlLink, RemoteModelControl
-from trioserve.server import grpc_inference, http_service, inference_app
+from trioserve.server import grpc_inference, grpc_service, http_service, inference_app
 
 log = logging.getLogger("trioserve.serving")
 
@@ -145,17 +144,7 @@ async def _serve(
                     tls,
                     socket.socket(fileno=setup.grpc_fd),
                 )
-                await listeners.start(
-                    partial(
-                        serve_grpc,
-                        [grpc],
-                        tokens=tokens,
-                        max_request_size=config.max_request_size,
-                        limits=config.request_limits,
-                        shutdown_trigger=shutdown.wait,
-                        graceful_timeout=config.shutdown_grace_seconds,
-                    )
-                )
+                await listeners.start(grpc_service([grpc], config, tokens, shutdown))
             link.post((READY,))
             log.info("serving process %d (%s) ready", setup.index, api)
         root.cancel_scope.cancel()

@@ -12,7 +12,8 @@ Control process -> serving process:
     :class:`trioserve.runtime.serving_control.Setup`)
 ``(STATE, n, state)``
     the registry as it now stands (a pickled :class:`trioserve.runtime.mirror.State`); the
-    serving process answers ``(APPLIED, n)`` once its own registry matches it
+    serving process answers ``(APPLIED, n, failure)`` once its own registry matches it
+    (``failure``: None, or what it could not apply)
 ``(PULL_METRICS, n)``  answered ``(METRICS, n, exposition)``
 ``(ANSWER, n, ok, payload)``  the result of a management call ``n`` the serving process made
 ``(READY_WORKERS, {(name, version): count})``  how many workers each forwarded model has
@@ -23,7 +24,7 @@ Control process -> serving process:
 Serving process -> control process:
 
 ``(READY,)``  its listeners accept connections
-``(APPLIED, n)``, ``(METRICS, n, exposition)``
+``(APPLIED, n, failure)``, ``(METRICS, n, exposition)``
 ``(CALL, n, method, args)``  a management call made on the inference port (the Open
     Inference Protocol's repository load and unload)
 ``(SUBMIT, f, request)``  a request for a model the control process serves for everyone

@@ -249,6 +249,12 @@ class ServingProcesses:
         if kind in (SUBMIT, CANCEL, INPUT, READ):
             member.forwarded.on_frame(frame)
         elif kind == APPLIED:
+            if frame[2] is not None:
+                log.error(
+                    "serving process %d could not apply a registry change: %s",
+                    member.index,
+                    frame[2],
+                )
             self._answered(member, frame[1])
         elif kind == METRICS:
             member.metrics[frame[1]] = frame[2]

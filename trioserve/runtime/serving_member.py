@@ -104,11 +104,15 @@ class ControlLink:
             state: State = pickle.loads(blob)  # the control process, our parent, wrote it
             if state.tokens is not None:
                 on_tokens(state.tokens)
+            failure = None
             try:
                 await apply_state(manager, state, launcher, drain_timeout=drain_timeout)
-            except Exception:
+            except Exception as exc:
+                # This process goes on with what it could apply; the control process is
+                # told what failed (it logs it, naming this process) and the traceback is here.
                 log.exception("applying the registry's state failed")
-            self.post((APPLIED, n))
+                failure = f"{type(exc).__name__}: {exc}"
+            self.post((APPLIED, n, failure))
             self.applied.set()
 
     async def call(self, method: str, *args: Any) -> None:
