@@ -14,6 +14,9 @@ from typing import Any
 import grpclib.server
 from grpclib.protocol import H2Protocol
 
+# The kernel's queue of connections not yet accepted, for every gRPC listening socket.
+LISTEN_BACKLOG = 1024
+
 
 def listening_socket(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket (so that the bound port is known for port 0)."""
@@ -26,7 +29,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(address)
-        sock.listen(1024)
+        sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -75,8 +78,18 @@ async def start_server(
     tls: ssl.SSLContext | None,
     wrap: Callable[[Any], Any],
 ) -> Server:
+    """grpclib's server on ``sock``, taking one connection each time the socket is ready.
+
+    asyncio's ``backlog`` is two things: the ``listen()`` queue it sets again on the socket,
+    and how many connections its accept loop takes in one go. Several serving processes
+    share one socket (``serving_processes``); the one that woke first took every connection
+    waiting, so a client's burst of connections all landed in one process. Taking one at a
+    time lets every process that is woken take its share; ``listen()`` then gets the
+    kernel's queue back to :data:`LISTEN_BACKLOG` (asyncio had set it to 1).
+    """
     server = Server(servables, wrap)
-    await server.start(sock=sock, ssl=tls)
+    await server.start(sock=sock, ssl=tls, backlog=1)
+    sock.listen(LISTEN_BACKLOG)
     return server
 
 
