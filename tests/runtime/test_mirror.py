@@ -44,9 +44,7 @@ def _archive(store: Path, name: str, version: str) -> None:
     source.mkdir()
     handler = source / "handler.py"
     handler.write_text("def handle(data, context):\n    return data\n")
-    archive.write_archive(
-        model_name=name, version=version, handler=str(handler), export_path=store
-    )
+    archive.write_archive(model_name=name, version=version, handler=str(handler), export_path=store)
     (store / f"{name}.mar").rename(store / f"{name}-{version}.mar")
 
 
