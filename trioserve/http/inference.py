@@ -21,7 +21,7 @@ from trioserve.core.errors import ServeError
 from trioserve.core.http1 import Request
 from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
-from trioserve.http import kserve, oip
+from trioserve.http import kserve, oip, openai
 from trioserve.http.bodies import NO_CACHE_HEADERS, Answer
 from trioserve.http.common import answer_response, json_response, new_app
 from trioserve.http.errors import error_answer, http_status
@@ -39,6 +39,8 @@ PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 HIDDEN_HEADERS = kserve.HIDDEN_HEADERS  # credentials, the v1 marker
 # Bodies whose fields become the handler's inputs (http/forms.py, on the Quart path).
 FORMS = FORM_TYPES
+# Routes whose failures answer their protocol's JSON error and which read no forms.
+KSERVE_LIKE = oip.OIP_ENDPOINTS | kserve.V1_ENDPOINTS | openai.OPENAI_ENDPOINTS
 
 
 def _prediction_routes(endpoint: str) -> list[Route]:
@@ -59,6 +61,7 @@ ROUTES = RouteTable(
         *_prediction_routes("predictions"),
         *_prediction_routes("explanations"),
         *oip.OIP_ROUTES,
+        *openai.OPENAI_ROUTES,
         *kserve.V1_ROUTES,
     ],
     default_key=KeyKind.INFERENCE,
@@ -201,7 +204,7 @@ def fast_path(
             return None
         route, variables = matched
         # KServe's protocols (v2 and v1) answer {"error"} bodies and read no forms.
-        kserve_api = route.endpoint in oip.OIP_ENDPOINTS or route.endpoint in kserve.V1_ENDPOINTS
+        kserve_api = route.endpoint in KSERVE_LIKE
         content_type = request.header(b"content-type")
         if not kserve_api and content_type is not None and _mimetype(content_type) in FORMS:
             return None  # forms go through the Quart app
@@ -213,7 +216,11 @@ def fast_path(
                     ((n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers),
                 )
             except ServeError as error:
+                if route.endpoint in openai.OPENAI_ENDPOINTS:
+                    return openai.serve_error_answer(error)
                 return oip.oip_error(error) if kserve_api else error_answer(error)
+        if route.endpoint in openai.OPENAI_ENDPOINTS:
+            return await openai.answer(dataplane, route.endpoint, request.body)
         if route.endpoint in kserve.V1_ENDPOINTS:
             return await kserve.answer(
                 dataplane, route.endpoint, variables, request.headers, request.body
@@ -242,6 +249,8 @@ def fast_path(
 def error_for_path(error: ServeError, path: str | None) -> Answer:
     """The inference port's answer to a failure: the OIP error body on an OIP path,
     TorchServe's elsewhere (and when the path is unknown)."""
+    if path is not None and openai.is_openai_path(path):
+        return openai.serve_error_answer(error)
     if path is not None and (oip.is_oip_path(path) or kserve.is_v1_path(path)):
         return oip.oip_error(error)
     return error_answer(error)
@@ -306,9 +315,15 @@ def create_inference_app(
             await kserve.answer(dataplane, endpoint, variables, request.scope["headers"], body)
         )
 
+    async def openai_view() -> Response:
+        body = await request.get_data(cache=False)
+        assert isinstance(body, bytes)
+        return answer_response(await openai.answer(dataplane, request.endpoint or "", body))
+
     ROUTES.install(
         app,
         {
+            **dict.fromkeys(openai.OPENAI_ENDPOINTS, openai_view),
             **{endpoint: oip_view(endpoint) for endpoint in oip.OIP_ENDPOINTS},
             **dict.fromkeys(kserve.V1_ENDPOINTS, v1_view),
             "ping": ping,

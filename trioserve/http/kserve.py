@@ -20,6 +20,7 @@ no ready worker or a full queue (with ``Retry-After``), 500 a handler that faile
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -65,13 +66,12 @@ async def answer(
     """The answer to one v1 request (``endpoint`` from :data:`V1_ROUTES`)."""
     try:
         if endpoint == "v1_models":
-            names = list(dict.fromkeys(name for name, _version, _model in dataplane.registered()))
-            return json_answer(200, {"models": names})
+            return json_answer(200, model_list(dataplane))
         name = variables["model_name"]
         model = dataplane.model(name)
         if endpoint == "v1_model":
             if model.ready_workers > 0:
-                return json_answer(200, {"name": name, "ready": True})
+                return json_answer(200, {"name": name, "ready": True, **openai_model(name)})
             raise ServeError(
                 ErrorKind.UNAVAILABLE, f"model {name!r} is not ready: it has no ready worker"
             )
@@ -88,6 +88,27 @@ async def answer(
         return oip_error(error)
     except Exception as exc:  # a bug: still the protocol's error body
         return unexpected_error(exc)
+
+
+# OpenAI's model objects need a creation time: the server's start.
+STARTED: Final = int(time.time())
+
+
+def openai_model(name: str) -> dict[str, object]:
+    """OpenAI's model object (``client.models.retrieve`` and ``list``)."""
+    return {"id": name, "object": "model", "created": STARTED, "owned_by": "trioserve"}
+
+
+def model_list(dataplane: Dataplane) -> dict[str, object]:
+    """KServe v1's ``{"models": [names]}`` with OpenAI's list beside it (``object``,
+    ``data``: the models whose default version answers the OpenAI API), so that both
+    clients read the one route."""
+    names = list(dict.fromkeys(name for name, _version, _model in dataplane.registered()))
+    return {
+        "models": names,
+        "object": "list",
+        "data": [openai_model(name) for name in names if dataplane.model(name).openai is not None],
+    }
 
 
 def _forwarded(headers: Iterable[tuple[bytes, bytes]], explain: bool) -> list[tuple[str, str]]:

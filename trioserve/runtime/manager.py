@@ -25,6 +25,7 @@ from trioserve.core.model_settings import (
     decide,
     is_default_version,
 )
+from trioserve.core.openai.mapping import MappingError, mapping_of
 from trioserve.core.registry import Registry
 from trioserve.core.request import InferenceRequest
 from trioserve.core.tensor_inputs import TensorSpecError, parse_tensor_inputs
@@ -285,6 +286,11 @@ class ModelManager:
             tensors = parse_tensor_inputs(loaded.config.raw.get("tensorInputs"))
         except TensorSpecError as exc:
             raise errors.bad_request(f"model-config.yaml of {settings.name}: {exc}") from None
+        try:
+            openai = mapping_of(loaded.mlserver.raw if loaded.mlserver else None, loaded.config.raw)
+        except MappingError as exc:
+            where = "model-settings.json" if loaded.mlserver else "model-config.yaml"
+            raise errors.bad_request(f"{where} of {settings.name}: {exc}") from None
         if tensors and settings.continuous_batching:
             raise errors.bad_request(
                 f"model-config.yaml of {settings.name}: continuousBatching cannot be combined "
@@ -320,6 +326,7 @@ class ModelManager:
             next_gpu=next_gpu,
             device_type=device_type,
             queue_timeout=(config.client_timeout_in_mills or 0) / 1000 or None,
+            openai=openai,
         )
 
     def open_sequences(self) -> list[tuple[tuple[str, str], float]]:

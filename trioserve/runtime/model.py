@@ -11,6 +11,7 @@ import trio
 from trioserve.archive import MlserverSettings
 from trioserve.core import errors
 from trioserve.core.model_settings import ModelSettings
+from trioserve.core.openai.mapping import OpenAIMapping
 from trioserve.core.request import InferenceRequest
 from trioserve.core.tensor_inputs import TensorInput
 from trioserve.runtime.batcher import Batcher
@@ -37,6 +38,8 @@ class PoolSettings:
     device_type: str = "cpu"
     # clientTimeoutInMills, in seconds: the longest a request may wait in the queue.
     queue_timeout: float | None = None
+    # How the model answers the OpenAI API (None: it does not; core/openai/mapping.py).
+    openai: OpenAIMapping | None = None
 
 
 class ModelVersion:
@@ -64,6 +67,7 @@ class ModelVersion:
         self._pool = pool
         self.device_type = pool.device_type  # "gpu" or "cpu", as describe shows it
         self.queue_timeout = pool.queue_timeout
+        self.openai = pool.openai
         self._launcher = launcher
         self._nursery: trio.Nursery | None = None
         self._closed = False
