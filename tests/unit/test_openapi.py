@@ -78,6 +78,12 @@ OIP_ROUTES = (
     }
     | {("GET", path) for path in OIP_MODEL_PATHS}
     | {("GET", f"{path}/ready") for path in OIP_MODEL_PATHS}
+    | {
+        ("GET", f"{path}/{extension}")
+        for path in OIP_MODEL_PATHS
+        for extension in ("config", "stats")
+    }
+    | {("GET", "/v2/models/stats")}
     | {("POST", path) for path in OIP_INFER_PATHS}
     | {
         ("POST", "/v2/repository/index"),
