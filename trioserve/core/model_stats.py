@@ -14,7 +14,8 @@ dataplane and the worker supervisor already measure:
   ``inference_count`` (requests) and ``execution_count`` (batches).
 
 ``compute_input`` and ``compute_output`` are not measured apart (the worker's time is all
-``compute_infer``); they report zero. A few integer adds per request and per batch.
+``compute_infer``): they report ``compute_infer``'s count with 0 ns (perf_analyzer refuses
+statistics whose three compute counts differ). A few integer adds per request and per batch.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class ModelStats:
     def json(self, name: str, version: str) -> dict[str, Any]:
         """One entry of ``model_stats`` in Triton's JSON form."""
         zero = Duration().json()
+        computed = {"count": self.compute_infer.count, "ns": 0}
         return {
             "name": name,
             "version": version,
@@ -83,9 +85,9 @@ class ModelStats:
                 "success": self.success.json(),
                 "fail": self.fail.json(),
                 "queue": self.queue.json(),
-                "compute_input": zero,
+                "compute_input": computed,
                 "compute_infer": self.compute_infer.json(),
-                "compute_output": zero,
+                "compute_output": dict(computed),
                 "cache_hit": zero,
                 "cache_miss": zero,
             },
