@@ -99,6 +99,7 @@ def run_perf_analyzer(binary: Path, *args: str) -> str:
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
+    print(output)  # shown with -s, and on failure
     return output
 
 

@@ -215,6 +215,9 @@ class InFlight(Generic[J]):
             self._end(sent, errors.prediction_failed(reply.code, reply.message))
             return True
         final = reply.final
+        # The batch's end, read before the answers are delivered: an adapter may write its
+        # answer from the delivery (a gRPC unary call), which is not the worker's time.
+        ran = self._clock() - sent.started if final and self._on_batch_end is not None else 0.0
         table = self._jobs
         continuing: set[str] = set()
         for item in reply.replies:
@@ -231,7 +234,7 @@ class InFlight(Generic[J]):
                 table.pop(item.request_id, None)
         if final:
             if self._on_batch_end is not None:
-                self._on_batch_end(len(sent.jobs), self._clock() - sent.started)
+                self._on_batch_end(len(sent.jobs), ran)
             # Every job answered is out of flight (continuing ones excepted); any job left
             # had no answer in the batch.
             self._end(sent, None, keep=continuing)
