@@ -18,7 +18,7 @@ declares and how it is served (docs/triton.md):
   model's ``batchSize`` > 1, an MLServer model's adaptive batching), with the batch window
   as ``max_queue_delay_microseconds``; ``sequence_batching`` for a stateful model;
 - ``model_transaction_policy.decoupled``: how many answers a request gets is the model's
-  (see :func:`is_decoupled`).
+  (decided from its settings by :func:`trioserve.runtime.triton.batching_of`).
 
 :class:`TritonConfig` is protocol-neutral; :meth:`TritonConfig.json` is the REST answer, the
 gRPC adapter builds its message from the same value.
