@@ -31,7 +31,13 @@ $(MLS_STAMP):
 	$(MLS_VENV)/bin/pip install --quiet 'mlserver==1.7.1' requests httpx httpx-sse
 	touch $(MLS_STAMP)
 
-setup: $(STAMP) $(NATIVE) $(MLS_STAMP)
+# Triton's perf_analyzer, for tests/e2e/test_perf_analyzer.py and docs/triton.md (it also
+# needs Debian's libb64-0d, which .ci/run installs).
+PERF_ANALYZER := .tools/perf_analyzer/perf_analyzer
+$(PERF_ANALYZER): | $(STAMP)
+	scripts/get_perf_analyzer.sh $(abspath $(BIN))/python
+
+setup: $(STAMP) $(NATIVE) $(MLS_STAMP) $(PERF_ANALYZER)
 
 ## Serve the bundled demo models in the foreground (Ctrl-C drains and stops).
 serve: setup
@@ -71,4 +77,4 @@ docs: setup
 	$(BIN)/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf $(VENV) $(MLS_VENV) $(STORE) logs build dist site .mypy_cache .pytest_cache .ruff_cache trioserve/_collate*.so
+	rm -rf $(VENV) $(MLS_VENV) .tools $(STORE) logs build dist site .mypy_cache .pytest_cache .ruff_cache trioserve/_collate*.so

@@ -182,6 +182,7 @@ def test_proto_field_numbers(tmp_path: Path) -> None:
         ("ModelMetadata", False, False), ("ModelInfer", False, False),
         ("ModelStreamInfer", True, True), ("RepositoryIndex", False, False),
         ("RepositoryModelLoad", False, False), ("RepositoryModelUnload", False, False),
+        ("ModelConfig", False, False), ("ModelStatistics", False, False),
     ]  # fmt: skip
     assert service.method[6].output_type == ".inference.ModelInferResponse"
     # the repository messages: Triton's and MLServer's numbers (spec §2.2)

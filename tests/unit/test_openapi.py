@@ -78,6 +78,12 @@ OIP_ROUTES = (
     }
     | {("GET", path) for path in OIP_MODEL_PATHS}
     | {("GET", f"{path}/ready") for path in OIP_MODEL_PATHS}
+    | {
+        ("GET", f"{path}/{extension}")
+        for path in OIP_MODEL_PATHS
+        for extension in ("config", "stats")
+    }
+    | {("GET", "/v2/models/stats")}
     | {("POST", path) for path in OIP_INFER_PATHS}
     | {
         ("POST", "/v2/repository/index"),
@@ -277,7 +283,7 @@ def test_expected_route_counts() -> None:
     assert len(INFERENCE_ROUTES) == 4 + 6 * 5
     assert len(MANAGEMENT_ROUTES) == 12
     assert len(METRICS_ROUTES) == 2
-    assert len(OIP_ROUTES) == 4 + 2 * 2 + 2 * 4 + 3
+    assert len(OIP_ROUTES) == 4 + 2 * 2 + 2 * 4 + 3 + (1 + 2 * 2)
 
 
 def test_documented_routes_ignores_non_method_keys() -> None:

@@ -115,6 +115,7 @@ class InFlight(Generic[J]):
         "_continuing",
         "_continuous",
         "_jobs",
+        "_on_batch_end",
         "_on_cancel",
     )
 
@@ -124,11 +125,15 @@ class InFlight(Generic[J]):
         on_cancel: Callable[[str], None],
         clock: Callable[[], float],
         continuous: bool = False,
+        on_batch_end: Callable[[int, float], None] | None = None,
     ) -> None:
         """``on_cancel(request_id)``: a job in flight was cancelled by its client (the
         process should be told); ``clock``: the time ``started`` is read from;
-        ``continuous``: each batch is a step of a continuous batch (see the module)."""
+        ``continuous``: each batch is a step of a continuous batch (see the module);
+        ``on_batch_end(size, seconds)``: a batch the process answered (code 200) ended, after
+        running that long (the statistics extension's compute time)."""
         self._on_cancel = on_cancel
+        self._on_batch_end = on_batch_end
         self._continuous = continuous
         # Continuous batching: jobs answered "more to come" by the last step, in step order.
         self._continuing: list[J] = []
@@ -210,6 +215,9 @@ class InFlight(Generic[J]):
             self._end(sent, errors.prediction_failed(reply.code, reply.message))
             return True
         final = reply.final
+        # The batch's end, read before the answers are delivered: an adapter may write its
+        # answer from the delivery (a gRPC unary call), which is not the worker's time.
+        ran = self._clock() - sent.started if final and self._on_batch_end is not None else 0.0
         table = self._jobs
         continuing: set[str] = set()
         for item in reply.replies:
@@ -225,6 +233,8 @@ class InFlight(Generic[J]):
             if final and not more:
                 table.pop(item.request_id, None)
         if final:
+            if self._on_batch_end is not None:
+                self._on_batch_end(len(sent.jobs), ran)
             # Every job answered is out of flight (continuing ones excepted); any job left
             # had no answer in the batch.
             self._end(sent, None, keep=continuing)

@@ -74,6 +74,7 @@ from trioserve.grpc.oip_messages import (
 )
 from trioserve.grpc.oip_stream import stream_into_model, streams_into_model
 from trioserve.grpc.ordered import answer_in_order
+from trioserve.grpc.triton import TritonExtensionRpcs
 from trioserve.runtime import oip, oip_repository
 from trioserve.runtime.dataplane import Call, Dataplane
 from trioserve.runtime.model import ModelVersion
@@ -82,7 +83,7 @@ from trioserve.runtime.oip_repository import ModelControl
 SERVICE: Final = "inference.GRPCInferenceService"
 STREAM_SHAPES: Final = ("mlserver", "triton")
 # The gRPC OIP extensions trioserve answers (REST's binary_tensor_data has no gRPC meaning).
-EXTENSIONS: Final = ("parameters", "model_repository")
+EXTENSIONS: Final = ("parameters", "model_repository", "model_configuration", "statistics")
 # Loading and unloading change the server: they need the management key.
 MANAGEMENT_RPCS: Final = frozenset({"RepositoryModelLoad", "RepositoryModelUnload"})
 
@@ -110,14 +111,14 @@ class _Pending:
     error: ServeError | None = None
 
 
-class OipRpcs:
+class OipRpcs(TritonExtensionRpcs):
     """``inference.GRPCInferenceService`` with MLServer's ModelStreamInfer messages."""
 
     base: ClassVar[type[Any]] = GrpcInferenceServiceBase
     stream_shape: ClassVar[str] = "mlserver"
 
     def __init__(self, dataplane: Dataplane, management: ModelControl | None = None) -> None:
-        self._dataplane = dataplane
+        super().__init__(dataplane)
         self._management = management
 
     def key_kind_of(self, method: str) -> KeyKind:
@@ -135,6 +136,8 @@ class OipRpcs:
             "RepositoryIndex": Unary(self.repository_index),
             "RepositoryModelLoad": Unary(self.repository_model_load),
             "RepositoryModelUnload": Unary(self.repository_model_unload),
+            "ModelConfig": Unary(self.model_config),
+            "ModelStatistics": Unary(self.model_statistics),
         }
 
     # -- rpcs ---------------------------------------------------------------------------

@@ -4,7 +4,9 @@ A thin adapter onto the :class:`~trioserve.runtime.dataplane.Dataplane`, beside
 TorchServe's routes in the port's one route table (:data:`OIP_ROUTES`, part of
 ``http/inference.ROUTES``). Every route is answered by :func:`answer` (the fast path calls
 it; the Quart views too, for the requests the fast path hands on): server and model
-metadata, liveness and readiness, ``infer`` / ``generate`` (one answer), ``infer_stream`` /
+metadata, liveness and readiness, Triton's model configuration and statistics extensions
+(``/config``, ``/stats``: :mod:`trioserve.runtime.triton`), ``infer`` / ``generate`` (one
+answer), ``infer_stream`` /
 ``generate_stream`` (Server-Sent Events, one ``data:`` event per answer), and the OpenAPI
 document of these routes (``GET /v2/docs/dataplane.json``, no token: ``api/oip.yaml``, kept in
 step with what this module answers). The infer calls themselves are answered by
@@ -54,10 +56,11 @@ from trioserve.runtime.oip import (
     model_metadata,
 )
 from trioserve.runtime.oip_repository import ModelControl
+from trioserve.runtime.triton import model_config, model_statistics
 
 log = logging.getLogger("trioserve.http")
 
-EXTENSIONS: Final = ("binary_tensor_data", "parameters")
+EXTENSIONS: Final = ("binary_tensor_data", "parameters", "model_configuration", "statistics")
 
 
 def _model_routes(suffix: str, endpoint: str, methods: frozenset[str]) -> list[Route]:
@@ -82,6 +85,10 @@ OIP_ROUTES: Final = [
     Route("oip_ready", "/v2/health/ready", GET, KeyKind.INFERENCE, True),
     # The OpenAPI document of these routes answers without a token, as /api-description does.
     Route("oip_docs", "/v2/docs/dataplane.json", GET, None, True),
+    # Before the model routes: as on Triton, a model named "stats" has its metadata hidden.
+    Route("oip_stats", "/v2/models/stats", GET, KeyKind.INFERENCE, True),
+    *_model_routes("/stats", "oip_stats", GET),
+    *_model_routes("/config", "oip_config", GET),
     *_model_routes("", "oip_model", GET),
     *_model_routes("/ready", "oip_model_ready", GET),
     *_model_routes("/infer", "oip_infer", POST),
@@ -162,10 +169,17 @@ async def answer(
             return json_answer(200, oip_document(__version__))
         if endpoint.startswith("oip_repository"):
             return await repository(dataplane, management, endpoint, name, body)
+        if endpoint == "oip_stats":
+            entries = model_statistics(dataplane, name, version)
+            return json_answer(
+                200, {"model_stats": [e.stats.json(e.name, e.version) for e in entries]}
+            )
         assert name is not None
         model = dataplane.model(name, version)
         if endpoint == "oip_model":
             return json_answer(200, metadata_body(model_metadata(dataplane, model)))
+        if endpoint == "oip_config":
+            return json_answer(200, model_config(dataplane, model).json())
         if endpoint == "oip_model_ready":
             ready = model.ready_workers > 0
             return json_answer(200 if ready else 503, {"name": name, "ready": ready})

@@ -19,7 +19,10 @@ Metrics are recorded here, once, at the same points for every protocol: the requ
 when a known model version is asked, the inference and queue latency when the final reply
 is read (latency counted from :meth:`Dataplane.submit`), and the response class
 (``Requests2XX``/``4XX``/``5XX``) when the request's outcome is decided: its first reply,
-or its error. A call cancelled before either has no class (no answer was sent).
+or its error. A call cancelled before either has no class (no answer was sent). Triton's
+statistics (``ModelVersion.stats``, :mod:`trioserve.core.model_stats`) count each request
+of a known model version once its outcome is known: a final reply (success, or failure for
+a handler's error status), its error, or its refusal at admission.
 
 ``limits`` (:class:`~trioserve.core.limits.RequestLimits`) are what one request may expand
 to; the adapters check what they parse against them, and :meth:`Dataplane.submit` checks
@@ -28,6 +31,7 @@ every request's input count (form fields and gRPC ``input`` entries too).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Protocol
@@ -38,6 +42,7 @@ from trioserve.core import errors
 from trioserve.core.errors import ServeError
 from trioserve.core.limits import DEFAULT_LIMITS, RequestLimits, check_inputs
 from trioserve.core.messages import Param, Reply, encode_stream_input
+from trioserve.core.model_stats import ModelStats
 from trioserve.core.request import InferenceRequest, Outcome
 from trioserve.core.sequences import mint_sequence_id
 from trioserve.runtime.jobs import Job, each_reply
@@ -109,6 +114,7 @@ class Dataplane:
         """Admit ``request``; raises :class:`ServeError` if it cannot be queued."""
         began = trio.current_time()
         metrics = self.metrics
+        model: ModelVersion | None = None
         try:
             model = self.manager.get(request.model, request.version)
             if metrics is not None:
@@ -130,8 +136,17 @@ class Dataplane:
         except ServeError as error:
             if metrics is not None:
                 metrics.request_outcome(outcome_of_error(error))
+            if model is not None:
+                model.stats.request_failed(_ns_since(began), _now_ms())
             raise
-        return Call(job, began, metrics, request.sequence_id, stateful=stateful is not None)
+        return Call(
+            job,
+            began,
+            metrics,
+            request.sequence_id,
+            stateful=stateful is not None,
+            stats=model.stats,
+        )
 
     def _forward(self, model: ModelVersion, request: InferenceRequest, began: float) -> Call:
         """Hand ``request`` to the control process, which serves ``model`` for every serving
@@ -145,13 +160,23 @@ class Dataplane:
         elif request.sequence_id == "":
             raise errors.bad_request("Parameter sequenceId is required.")
         job = self.forward(request)
-        return Call(job, began, self.metrics, request.sequence_id, stateful=stateful)
+        return Call(
+            job, began, self.metrics, request.sequence_id, stateful=stateful, stats=model.stats
+        )
+
+
+def _ns_since(began: float) -> int:
+    return int((trio.current_time() - began) * 1e9)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Call:
     """One admitted request, as its adapter sees it: replies in, cancellation out."""
 
-    __slots__ = ("_began", "_decided", "_job", "_metrics", "sequence_id", "stateful")
+    __slots__ = ("_began", "_decided", "_job", "_metrics", "_stats", "sequence_id", "stateful")
 
     def __init__(
         self,
@@ -161,8 +186,10 @@ class Call:
         sequence_id: str | None = None,
         *,
         stateful: bool = False,
+        stats: ModelStats | None = None,
     ) -> None:
         self._job = job
+        self._stats = stats  # the model version's Triton statistics
         self._began = began
         self._metrics = metrics
         self._decided = False  # the response class is recorded
@@ -195,10 +222,11 @@ class Call:
                     raise errors.deadline_exceeded()
         except ServeError as error:
             self._decide(outcome_of_error(error))
+            self._failed()
             raise
         self._decide(Outcome.of_status(reply.status))
         if final:
-            self._finished()
+            self._finished(reply)
         return reply, final
 
     def replies(self) -> AsyncIterator[tuple[Reply, bool]]:
@@ -212,12 +240,13 @@ class Call:
             item = self._job.poll()
         except ServeError as error:
             self._decide(outcome_of_error(error))
+            self._failed()
             raise
         if item is not None:
             reply, final = item
             self._decide(Outcome.of_status(reply.status))
             if final:
-                self._finished()
+                self._finished(reply)
         return item
 
     def when_ready(self, wake: Callable[[], object]) -> None:
@@ -264,8 +293,18 @@ class Call:
             if self._metrics is not None:
                 self._metrics.request_outcome(outcome)
 
-    def _finished(self) -> None:
-        job, metrics = self._job, self._metrics
+    def _failed(self) -> None:
+        if self._stats is not None:
+            self._stats.request_failed(_ns_since(self._began), _now_ms())
+
+    def _finished(self, reply: Reply) -> None:
+        job, metrics, stats = self._job, self._metrics, self._stats
+        if stats is not None:
+            if reply.status >= 400:
+                stats.request_failed(_ns_since(self._began), _now_ms())
+            else:
+                queued = 0 if job.started_at is None else job.started_at - job.enqueued_at
+                stats.request_succeeded(_ns_since(self._began), int(queued * 1e9), _now_ms())
         if metrics is None or job.started_at is None:
             return
         request = job.request

@@ -11,6 +11,7 @@ import trio
 from trioserve.archive import MlserverSettings
 from trioserve.core import errors
 from trioserve.core.model_settings import ModelSettings
+from trioserve.core.model_stats import ModelStats
 from trioserve.core.openai.mapping import OpenAIMapping
 from trioserve.core.request import InferenceRequest
 from trioserve.core.tensor_inputs import TensorInput
@@ -64,6 +65,8 @@ class ModelVersion:
                 end_header=pool.sequence_end_header,
             )
         self.workers: list[WorkerSupervisor] = []
+        # Triton's statistics extension: counted by this process's dataplane and workers.
+        self.stats = ModelStats()
         self._pool = pool
         self.device_type = pool.device_type  # "gpu" or "cpu", as describe shows it
         self.queue_timeout = pool.queue_timeout
@@ -181,7 +184,9 @@ class ModelVersion:
         settings = self._pool.worker
         if gpu is not None:
             settings = replace(settings, load=replace(settings.load, gpu_id=gpu))
-        worker = WorkerSupervisor(worker_id, name, settings, self.queue, self._launcher)
+        worker = WorkerSupervisor(
+            worker_id, name, settings, self.queue, self._launcher, stats=self.stats
+        )
         self.workers.append(worker)
         await self._nursery.start(self._run_worker, worker)
 

@@ -47,6 +47,7 @@ from trioserve.core.messages import (
     encode_load,
     encode_stream_ack,
 )
+from trioserve.core.model_stats import ModelStats
 from trioserve.runtime.batcher import Batcher
 from trioserve.runtime.connection import WorkerConnection
 from trioserve.runtime.jobs import Job, JobState
@@ -67,6 +68,15 @@ class WorkerState(enum.Enum):
 
 def default_batch_frame(batch_id: int, jobs: list[Job]) -> bytes:
     return encode_batch(batch_id, [job.request.work_item() for job in jobs])
+
+
+def _batch_recorder(stats: ModelStats) -> Callable[[int, float], None]:
+    """``InFlight``'s ``on_batch_end``: the batch's size and run time into ``stats``."""
+
+    def record(size: int, seconds: float) -> None:
+        stats.batch_done(size, int(seconds * 1e9))
+
+    return record
 
 
 def step_frame(batch_id: int, resumed: list[Job], jobs: list[Job]) -> bytes:
@@ -120,7 +130,9 @@ class WorkerSupervisor:
         settings: WorkerSettings,
         batcher: Batcher | SequenceBatcher,
         launcher: Launcher,
+        stats: ModelStats | None = None,
     ) -> None:
+        """``stats``: the model version's statistics, told of each batch answered."""
         self.id = worker_id
         self.name = name
         self.settings = settings
@@ -149,6 +161,7 @@ class WorkerSupervisor:
             on_cancel=self._send_cancel,
             clock=trio.current_time,
             continuous=settings.continuous,
+            on_batch_end=None if stats is None else _batch_recorder(stats),
         )
         self._reached_ready = False
         self._wake_backoff = trio.CancelScope()

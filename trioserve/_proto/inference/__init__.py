@@ -6,22 +6,36 @@
 # This file has been @generated
 
 __all__ = (
+    "DataType",
     "GrpcInferenceServiceBase",
     "GrpcInferenceServiceStub",
+    "InferBatchStatistics",
     "InferParameter",
+    "InferStatistics",
     "InferTensorContents",
+    "ModelConfig",
+    "ModelConfigRequest",
+    "ModelConfigResponse",
+    "ModelDynamicBatching",
     "ModelInferRequest",
     "ModelInferRequestInferInputTensor",
     "ModelInferRequestInferRequestedOutputTensor",
     "ModelInferResponse",
     "ModelInferResponseInferOutputTensor",
+    "ModelInput",
     "ModelMetadataRequest",
     "ModelMetadataResponse",
     "ModelMetadataResponseTensorMetadata",
+    "ModelOutput",
     "ModelReadyRequest",
     "ModelReadyResponse",
     "ModelRepositoryParameter",
+    "ModelSequenceBatching",
+    "ModelStatistics",
+    "ModelStatisticsRequest",
+    "ModelStatisticsResponse",
     "ModelStreamInferResponse",
+    "ModelTransactionPolicy",
     "RepositoryIndexRequest",
     "RepositoryIndexResponse",
     "RepositoryIndexResponseModelIndex",
@@ -35,6 +49,7 @@ __all__ = (
     "ServerMetadataResponse",
     "ServerReadyRequest",
     "ServerReadyResponse",
+    "StatisticDuration",
 )
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
@@ -54,6 +69,64 @@ if TYPE_CHECKING:
 
 _COMPILER_VERSION = "0.10.1"
 betterproto2.check_compiler_version(_COMPILER_VERSION)
+
+
+class DataType(betterproto2.Enum):
+    """
+    -- Triton's model configuration extension (model_config.proto's subset) -------------
+    """
+
+    TYPE_INVALID = 0
+
+    TYPE_BOOL = 1
+
+    TYPE_UINT8 = 2
+
+    TYPE_UINT16 = 3
+
+    TYPE_UINT32 = 4
+
+    TYPE_UINT64 = 5
+
+    TYPE_INT8 = 6
+
+    TYPE_INT16 = 7
+
+    TYPE_INT32 = 8
+
+    TYPE_INT64 = 9
+
+    TYPE_FP16 = 10
+
+    TYPE_FP32 = 11
+
+    TYPE_FP64 = 12
+
+    TYPE_STRING = 13
+
+    TYPE_BF16 = 14
+
+
+@dataclass(eq=False, repr=False)
+class InferBatchStatistics(betterproto2.Message):
+    batch_size: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    compute_input: "StatisticDuration | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    compute_infer: "StatisticDuration | None" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    compute_output: "StatisticDuration | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message(
+    "inference", "InferBatchStatistics", InferBatchStatistics
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -87,6 +160,44 @@ class InferParameter(betterproto2.Message):
 
 
 default_message_pool.register_message("inference", "InferParameter", InferParameter)
+
+
+@dataclass(eq=False, repr=False)
+class InferStatistics(betterproto2.Message):
+    success: "StatisticDuration | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    fail: "StatisticDuration | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    queue: "StatisticDuration | None" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    compute_input: "StatisticDuration | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    compute_infer: "StatisticDuration | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    compute_output: "StatisticDuration | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    cache_hit: "StatisticDuration | None" = betterproto2.field(
+        7, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    cache_miss: "StatisticDuration | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message("inference", "InferStatistics", InferStatistics)
 
 
 @dataclass(eq=False, repr=False)
@@ -126,6 +237,83 @@ class InferTensorContents(betterproto2.Message):
 
 default_message_pool.register_message(
     "inference", "InferTensorContents", InferTensorContents
+)
+
+
+@dataclass(eq=False, repr=False)
+class ModelConfig(betterproto2.Message):
+    """
+
+
+    Oneofs:
+        - scheduling_choice:
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    platform: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    backend: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+
+    max_batch_size: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+
+    input: "list[ModelInput]" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    output: "list[ModelOutput]" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    dynamic_batching: "ModelDynamicBatching | None" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, optional=True, group="scheduling_choice"
+    )
+
+    sequence_batching: "ModelSequenceBatching | None" = betterproto2.field(
+        13, betterproto2.TYPE_MESSAGE, optional=True, group="scheduling_choice"
+    )
+
+    model_transaction_policy: "ModelTransactionPolicy | None" = betterproto2.field(
+        19, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message("inference", "ModelConfig", ModelConfig)
+
+
+@dataclass(eq=False, repr=False)
+class ModelConfigRequest(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message(
+    "inference", "ModelConfigRequest", ModelConfigRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ModelConfigResponse(betterproto2.Message):
+    config: "ModelConfig | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message(
+    "inference", "ModelConfigResponse", ModelConfigResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class ModelDynamicBatching(betterproto2.Message):
+    max_queue_delay_microseconds: "int" = betterproto2.field(
+        2, betterproto2.TYPE_UINT64
+    )
+
+
+default_message_pool.register_message(
+    "inference", "ModelDynamicBatching", ModelDynamicBatching
 )
 
 
@@ -274,6 +462,20 @@ default_message_pool.register_message(
 
 
 @dataclass(eq=False, repr=False)
+class ModelInput(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    data_type: "DataType" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: DataType(0)
+    )
+
+    dims: "list[int]" = betterproto2.field(4, betterproto2.TYPE_INT64, repeated=True)
+
+
+default_message_pool.register_message("inference", "ModelInput", ModelInput)
+
+
+@dataclass(eq=False, repr=False)
 class ModelMetadataRequest(betterproto2.Message):
     name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -342,6 +544,20 @@ default_message_pool.register_message(
 
 
 @dataclass(eq=False, repr=False)
+class ModelOutput(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    data_type: "DataType" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: DataType(0)
+    )
+
+    dims: "list[int]" = betterproto2.field(3, betterproto2.TYPE_INT64, repeated=True)
+
+
+default_message_pool.register_message("inference", "ModelOutput", ModelOutput)
+
+
+@dataclass(eq=False, repr=False)
 class ModelReadyRequest(betterproto2.Message):
     name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -395,6 +611,70 @@ default_message_pool.register_message(
 
 
 @dataclass(eq=False, repr=False)
+class ModelSequenceBatching(betterproto2.Message):
+    max_sequence_idle_microseconds: "int" = betterproto2.field(
+        1, betterproto2.TYPE_UINT64
+    )
+
+
+default_message_pool.register_message(
+    "inference", "ModelSequenceBatching", ModelSequenceBatching
+)
+
+
+@dataclass(eq=False, repr=False)
+class ModelStatistics(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    last_inference: "int" = betterproto2.field(3, betterproto2.TYPE_UINT64)
+
+    inference_count: "int" = betterproto2.field(4, betterproto2.TYPE_UINT64)
+
+    execution_count: "int" = betterproto2.field(5, betterproto2.TYPE_UINT64)
+
+    inference_stats: "InferStatistics | None" = betterproto2.field(
+        6, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    batch_stats: "list[InferBatchStatistics]" = betterproto2.field(
+        7, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message("inference", "ModelStatistics", ModelStatistics)
+
+
+@dataclass(eq=False, repr=False)
+class ModelStatisticsRequest(betterproto2.Message):
+    """
+    -- Triton's statistics extension (grpc_service.proto's subset) ----------------------
+    """
+
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    version: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message(
+    "inference", "ModelStatisticsRequest", ModelStatisticsRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ModelStatisticsResponse(betterproto2.Message):
+    model_stats: "list[ModelStatistics]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message(
+    "inference", "ModelStatisticsResponse", ModelStatisticsResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class ModelStreamInferResponse(betterproto2.Message):
     """
     Triton's ModelStreamInfer message: an error travels in-band and the stream stays open.
@@ -409,6 +689,16 @@ class ModelStreamInferResponse(betterproto2.Message):
 
 default_message_pool.register_message(
     "inference", "ModelStreamInferResponse", ModelStreamInferResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class ModelTransactionPolicy(betterproto2.Message):
+    decoupled: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message(
+    "inference", "ModelTransactionPolicy", ModelTransactionPolicy
 )
 
 
@@ -579,6 +869,18 @@ class ServerReadyResponse(betterproto2.Message):
 
 default_message_pool.register_message(
     "inference", "ServerReadyResponse", ServerReadyResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class StatisticDuration(betterproto2.Message):
+    count: "int" = betterproto2.field(1, betterproto2.TYPE_UINT64)
+
+    ns: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
+
+
+default_message_pool.register_message(
+    "inference", "StatisticDuration", StatisticDuration
 )
 
 
@@ -774,6 +1076,42 @@ class GrpcInferenceServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def model_config(
+        self,
+        message: "ModelConfigRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ModelConfigResponse":
+
+        return await self._unary_unary(
+            "/inference.GRPCInferenceService/ModelConfig",
+            message,
+            ModelConfigResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def model_statistics(
+        self,
+        message: "ModelStatisticsRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ModelStatisticsResponse":
+
+        return await self._unary_unary(
+            "/inference.GRPCInferenceService/ModelStatistics",
+            message,
+            ModelStatisticsResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
     async def server_live(self, message: "ServerLiveRequest") -> "ServerLiveResponse":
@@ -828,6 +1166,18 @@ class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
     async def repository_model_unload(
         self, message: "RepositoryModelUnloadRequest"
     ) -> "RepositoryModelUnloadResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def model_config(
+        self, message: "ModelConfigRequest"
+    ) -> "ModelConfigResponse":
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def model_statistics(
+        self, message: "ModelStatisticsRequest"
+    ) -> "ModelStatisticsResponse":
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
@@ -918,6 +1268,23 @@ class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.repository_model_unload(request)
         await stream.send_message(response)
 
+    async def __rpc_model_config(
+        self, stream: "grpclib.server.Stream[ModelConfigRequest, ModelConfigResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.model_config(request)
+        await stream.send_message(response)
+
+    async def __rpc_model_statistics(
+        self,
+        stream: "grpclib.server.Stream[ModelStatisticsRequest, ModelStatisticsResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.model_statistics(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/inference.GRPCInferenceService/ServerLive": grpclib.const.Handler(
@@ -979,5 +1346,17 @@ class GrpcInferenceServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 RepositoryModelUnloadRequest,
                 RepositoryModelUnloadResponse,
+            ),
+            "/inference.GRPCInferenceService/ModelConfig": grpclib.const.Handler(
+                self.__rpc_model_config,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ModelConfigRequest,
+                ModelConfigResponse,
+            ),
+            "/inference.GRPCInferenceService/ModelStatistics": grpclib.const.Handler(
+                self.__rpc_model_statistics,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ModelStatisticsRequest,
+                ModelStatisticsResponse,
             ),
         }

@@ -1,0 +1,327 @@
+"""Triton's client tools against a real trioserve (docs/triton.md): ``perf_analyzer`` over
+REST, gRPC and gRPC ``--streaming``, and Triton's model configuration and statistics
+extensions read with tritonclient (REST and gRPC), with real workers.
+
+perf_analyzer comes from scripts/get_perf_analyzer.sh (``make setup`` runs it); the tests
+skip only when the binary is there but cannot run on this machine (say, Debian's libb64-0d
+is missing), with its own error as the reason."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
+
+from .server import Server, archive
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+PERF_ANALYZER = REPO / ".tools" / "perf_analyzer" / "perf_analyzer"
+MLSERVER_MODELS = Path(__file__).parent / "mlserver_models"
+HANDLERS = Path(__file__).parent / "handlers"
+# perf_analyzer finds a model's statistics under an integer version: the models run as "1".
+VERSION = "1"
+WINDOW = 20  # requests per measurement window
+
+
+@pytest.fixture(scope="module")
+def perf_analyzer() -> Path:
+    if not PERF_ANALYZER.exists():
+        subprocess.run([str(REPO / "scripts" / "get_perf_analyzer.sh")], check=True, timeout=300)
+    probe = subprocess.run(
+        [str(PERF_ANALYZER), "--version"], capture_output=True, text=True, timeout=30
+    )
+    if "error while loading shared libraries" in probe.stderr:
+        pytest.skip(f"perf_analyzer cannot run on this machine: {probe.stderr.strip()}")
+    return PERF_ANALYZER
+
+
+def _folder_model(store: Path, source: Path, name: str) -> None:
+    shutil.copytree(source, store / name)
+    path = store / name / "model-settings.json"
+    settings = json.loads(path.read_text())
+    settings.setdefault("parameters", {})["version"] = VERSION
+    path.write_text(json.dumps(settings))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    store = tmp_path_factory.mktemp("triton-store")
+    _folder_model(store, MLSERVER_MODELS / "doubler", "doubler")
+    _folder_model(store, MLSERVER_MODELS / "batcher", "batcher")
+    _folder_model(store, REPO / "handlers" / "textgen", "textgen")
+    archive(store, "tensor", "tensor_handler.py", "-c", str(HANDLERS / "tensor-config.yaml"))
+    archive(store, "stateful", "stateful_handler.py", "-c", str(HANDLERS / "stateful-config.yaml"))
+    server = Server(
+        tmp_path_factory.mktemp("triton"),
+        store,
+        "doubler=doubler,batcher=batcher,textgen=textgen,tensor=tensor.mar,stateful=stateful.mar",
+        # perf_analyzer's --streaming decodes Triton's ModelStreamInferResponse.
+        properties={"oip_grpc_stream_shape": "triton"},
+    )
+    server.start()
+    yield server
+    server.stop()
+    server.kill()
+
+
+def _host(url: str) -> str:
+    return url.removeprefix("http://")
+
+
+def run_perf_analyzer(binary: Path, *args: str) -> str:
+    result = subprocess.run(
+        [
+            str(binary),
+            *args,
+            "--measurement-mode",
+            "count_windows",
+            "--measurement-request-count",
+            str(WINDOW),
+            "--stability-percentage",
+            "50",
+            "--max-trials",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    print(output)  # shown with -s, and on failure
+    return output
+
+
+def client_count(output: str) -> int:
+    found = re.search(r"Client:\s*\n\s*Request count: (\d+)", output)
+    assert found is not None, output
+    return int(found.group(1))
+
+
+def server_counts(output: str) -> tuple[int, int, int]:
+    """(inference count, execution count, successful requests) of the last window, which
+    perf_analyzer computed from trioserve's statistics."""
+    found = re.search(
+        r"Server:\s*\n\s*Inference count: (\d+)\s*\n\s*Execution count: (\d+)\s*\n"
+        r"\s*Successful request count: (\d+)",
+        output,
+    )
+    assert found is not None, output
+    inferences, executions, successes = map(int, found.groups())
+    return inferences, executions, successes
+
+
+def http_stats(server: Server, model: str) -> dict[str, Any]:
+    client = triton_http.InferenceServerClient(_host(server.url))
+    try:
+        stats = client.get_inference_statistics(model, VERSION)
+    finally:
+        client.close()
+    (entry,) = stats["model_stats"]
+    return dict(entry)
+
+
+# -- perf_analyzer ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_measures_a_model_over(
+    perf_analyzer: Path, server: Server, protocol: str
+) -> None:
+    url = _host(server.url) if protocol == "http" else server.grpc_target
+    before = http_stats(server, "doubler")
+    output = run_perf_analyzer(
+        perf_analyzer, "-m", "doubler", "-u", url, "-i", protocol, "--shape", "x:1,3"
+    )
+    count = client_count(output)
+    assert count >= WINDOW
+    # The server side of the last window is trioserve's statistics, read when the window
+    # opened and closed: the same requests, give or take the one in flight at either end.
+    inferences, executions, successes = server_counts(output)
+    assert inferences == executions == successes
+    assert abs(successes - count) <= 1
+    after = http_stats(server, "doubler")
+    sent = (
+        after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"]
+    )
+    assert sent >= count  # warm-up and every window, the last one included
+    assert after["inference_count"] - before["inference_count"] == sent
+    assert after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"]
+
+
+def test_perf_analyzer_streams_a_decoupled_model_over_grpc(
+    perf_analyzer: Path, server: Server, tmp_path: Path
+) -> None:
+    data = tmp_path / "prompts.json"
+    data.write_text(json.dumps({"data": [{"prompt": ["the quick brown fox"]}]}))
+    output = run_perf_analyzer(
+        perf_analyzer,
+        "-m", "textgen", "-x", VERSION, "-u", server.grpc_target, "-i", "grpc", "--streaming",
+        "--input-data", str(data), "--request-parameter", "max_tokens:1:int",
+    )  # fmt: skip
+    assert "Detected decoupled model" in output
+    assert client_count(output) >= WINDOW
+
+
+# -- the configuration extension ------------------------------------------------------
+
+
+def test_server_metadata_advertises_the_extensions(server: Server) -> None:
+    http = triton_http.InferenceServerClient(_host(server.url))
+    grpc = triton_grpc.InferenceServerClient(server.grpc_target)
+    try:
+        for extensions in (
+            http.get_server_metadata()["extensions"],
+            grpc.get_server_metadata(as_json=True)["extensions"],
+        ):
+            assert {"model_configuration", "statistics"} <= set(extensions)
+    finally:
+        http.close()
+        grpc.close()
+
+
+def both_configs(server: Server, model: str, version: str = "") -> list[dict[str, Any]]:
+    """The model's configuration over REST and over gRPC (decoded by tritonclient's own
+    model_config_pb2, then as JSON), which must agree."""
+    http = triton_http.InferenceServerClient(_host(server.url))
+    grpc = triton_grpc.InferenceServerClient(server.grpc_target)
+    try:
+        rest = http.get_model_config(model, version)
+        wire = grpc.get_model_config(model, version, as_json=True)["config"]
+    finally:
+        http.close()
+        grpc.close()
+    return [rest, wire]
+
+
+def _dims(tensor: dict[str, Any]) -> list[int]:
+    return [int(d) for d in tensor["dims"]]  # protobuf's JSON writes int64 as strings
+
+
+def test_config_of_a_model_declaring_its_tensors(server: Server) -> None:
+    for config in both_configs(server, "doubler", VERSION):
+        assert config["name"] == "doubler"
+        assert config["platform"] == "numpy"
+        assert config["backend"] == "mlserver"
+        assert config.get("max_batch_size", 0) == 0
+        (tensor,) = config["input"]
+        assert (tensor["name"], tensor["data_type"], _dims(tensor)) == ("x", "TYPE_FP32", [-1, 3])
+        (output,) = config["output"]
+        assert (output["name"], output["data_type"], _dims(output)) == ("x", "TYPE_FP32", [-1, 3])
+        assert config["model_transaction_policy"]["decoupled"] is True
+        assert "dynamic_batching" not in config
+
+
+def test_config_of_an_adaptively_batched_mlserver_model(server: Server) -> None:
+    for config in both_configs(server, "batcher"):
+        assert config["max_batch_size"] == 8
+        assert int(config["dynamic_batching"]["max_queue_delay_microseconds"]) == 200_000
+
+
+def test_config_of_a_batching_torchserve_model(server: Server) -> None:
+    for config in both_configs(server, "tensor"):
+        assert config["backend"] == "torchserve"
+        assert config["platform"] == "pytorch_torchserve"
+        # A request never holds the batch dimension: the whole declared shape, no batching.
+        assert config.get("max_batch_size", 0) == 0
+        (tensor,) = config["input"]
+        assert (tensor["data_type"], _dims(tensor)) == ("TYPE_FP32", [-1, 2])
+        assert int(config["dynamic_batching"]["max_queue_delay_microseconds"]) == 2_000_000
+        assert config.get("model_transaction_policy", {}).get("decoupled", False) is False
+
+
+def test_config_of_a_stateful_model(server: Server) -> None:
+    for config in both_configs(server, "stateful"):
+        assert "sequence_batching" in config
+        assert "dynamic_batching" not in config
+        assert config.get("input", []) == []
+
+
+def test_config_of_an_unknown_model_is_not_found(server: Server) -> None:
+    http = triton_http.InferenceServerClient(_host(server.url))
+    grpc = triton_grpc.InferenceServerClient(server.grpc_target)
+    try:
+        with pytest.raises(Exception, match="nosuch"):
+            http.get_model_config("nosuch")
+        with pytest.raises(Exception, match="nosuch"):
+            grpc.get_model_config("nosuch")
+    finally:
+        http.close()
+        grpc.close()
+
+
+# -- the statistics extension -----------------------------------------------------------
+
+
+def test_statistics_count_the_requests_sent(server: Server) -> None:
+    http = triton_http.InferenceServerClient(_host(server.url))
+    grpc = triton_grpc.InferenceServerClient(server.grpc_target)
+    try:
+        before = http.get_inference_statistics("tensor")["model_stats"][0]
+        data = np.ones((1, 2), dtype=np.float32)
+        for client, module in ((http, triton_http), (grpc, triton_grpc)):
+            for _ in range(3):
+                tensor = module.InferInput("body", [1, 2], "FP32")
+                tensor.set_data_from_numpy(data)
+                client.infer("tensor", [tensor])
+        rest = http.get_inference_statistics("tensor")["model_stats"][0]
+        wire = grpc.get_inference_statistics("tensor", as_json=True)["model_stats"][0]
+        every = http.get_inference_statistics()["model_stats"]
+    finally:
+        http.close()
+        grpc.close()
+
+    def delta(after: dict[str, Any], *keys: str) -> int:
+        value, start = after, before
+        for key in keys:
+            value, start = value[key], start[key]
+        return int(value) - int(start)
+
+    for after in (rest, wire):
+        assert delta(after, "inference_stats", "success", "count") == 6
+        assert delta(after, "inference_stats", "queue", "count") == 6
+        assert delta(after, "inference_stats", "compute_infer", "count") == 6
+        assert delta(after, "inference_count") == 6
+        assert 1 <= delta(after, "execution_count") <= 6
+        assert int(after["inference_stats"]["success"]["ns"]) > int(
+            after["inference_stats"]["queue"]["ns"]
+        )
+        assert int(after["last_inference"]) > 0
+        sizes = {
+            int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in after["batch_stats"]
+        }
+        assert sum(size * count for size, count in sizes.items()) == int(after["inference_count"])
+    assert {(e["name"], e["version"]) for e in every} >= {
+        ("doubler", VERSION),
+        ("tensor", "1.0"),
+        ("stateful", "1.0"),
+    }
+
+
+def test_a_refused_request_counts_as_a_failure(server: Server) -> None:
+    client = triton_http.InferenceServerClient(_host(server.url))
+    try:
+        before = client.get_inference_statistics("tensor")["model_stats"][0]
+        tensor = triton_http.InferInput("body", [1, 3], "FP32")  # rows of 2 declared
+        tensor.set_data_from_numpy(np.ones((1, 3), dtype=np.float32))
+        with pytest.raises(Exception, match="body"):
+            client.infer("tensor", [tensor])
+        after = client.get_inference_statistics("tensor")["model_stats"][0]
+    finally:
+        client.close()
+    assert after["inference_stats"]["fail"]["count"] == (
+        before["inference_stats"]["fail"]["count"] + 1
+    )
+    assert after["inference_stats"]["success"] == before["inference_stats"]["success"]
+    assert after["last_inference"] >= before["last_inference"]
