@@ -16,6 +16,7 @@ from trioserve.http.kserve import V1_ROUTES
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.oip import OIP_ROUTES
+from trioserve.http.openai import OPENAI_ROUTES
 from trioserve.http.openapi import (
     DOCUMENT_FILES,
     documented_routes,
@@ -42,14 +43,15 @@ def app_routes(app: QuartTrio) -> set[tuple[str, str]]:
 
 def test_inference_document_matches_the_app() -> None:
     """TorchServe's inference document and the OIP document, together with KServe's v1
-    routes (which have no OpenAPI document: docs/kserve.md lists them), are the app's
-    routes; neither document has a route of the other."""
+    routes and the OpenAI API's (which have no OpenAPI document here: docs/kserve.md and
+    docs/openai.md list them), are the app's routes; neither document has a route of the
+    other."""
     app = create_inference_app(object(), max_request_size=1000)  # type: ignore[arg-type]
     torchserve = documented_routes(inference_document(__version__))
     oip = documented_routes(oip_document(__version__))
     v1 = {
         (method, werkzeug_rule_to_openapi(route.rule))
-        for route in V1_ROUTES
+        for route in (*V1_ROUTES, *OPENAI_ROUTES)
         for method in route.methods
     }
     assert not torchserve & oip

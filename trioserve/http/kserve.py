@@ -71,7 +71,9 @@ async def answer(
         model = dataplane.model(name)
         if endpoint == "v1_model":
             if model.ready_workers > 0:
-                return json_answer(200, {"name": name, "ready": True, **openai_model(name)})
+                # A model that answers the OpenAI API is OpenAI's model object too.
+                extra = openai_model(name) if model.openai is not None else {}
+                return json_answer(200, {"name": name, "ready": True, **extra})
             raise ServeError(
                 ErrorKind.UNAVAILABLE, f"model {name!r} is not ready: it has no ready worker"
             )
