@@ -56,8 +56,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.kill()
 
 
-def client(server: Server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=30)
+CLIENTS: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_clients() -> Iterator[None]:
+    yield
+    while CLIENTS:
+        CLIENTS.pop().close()
+
+
+def client(server: Server, api_key: str = "unused") -> openai.OpenAI:
+    """An ``openai`` client of ``server`` (closed with the module)."""
+    made = openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key, max_retries=0, timeout=30)
+    CLIENTS.append(made)
+    return made
 
 
 def oip_text(server: Server, prompt: str, max_tokens: int) -> str:
@@ -254,15 +267,13 @@ def test_with_tokens_a_wrong_key_is_an_authentication_error(tmp_path: Path) -> N
     server = Server(tmp_path / "w", store, "textgen=textgen", tokens=True)
     server.start()
     try:
-        wrong = openai.OpenAI(base_url=f"{server.url}/v1", api_key="wrong", max_retries=0)
+        wrong = client(server, "wrong")
         with pytest.raises(openai.AuthenticationError) as refused:
             wrong.chat.completions.create(
                 model="textgen", messages=[{"role": "user", "content": "x"}]
             )
         assert refused.value.code == "invalid_api_key"
-        right = openai.OpenAI(
-            base_url=f"{server.url}/v1", api_key=server.key("inference"), max_retries=0
-        )
+        right = client(server, server.key("inference"))
         answer = right.chat.completions.create(
             model="textgen", messages=[{"role": "user", "content": "x"}], max_tokens=2
         )
