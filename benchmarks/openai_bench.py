@@ -1,0 +1,181 @@
+"""What the OpenAI mapping costs: the same streams of the demo ``textgen`` model through the
+OpenAI API (``/v1/completions`` and ``/v1/chat/completions``, ``"stream": true``) and through
+the Open Inference Protocol's SSE (``/v2/models/textgen/generate_stream``), in one run.
+
+One trioserve from this tree (loopback, free ports, token auth off, one worker). Each of C
+client tasks (httpx) runs R streams of T tokens one after another; every stream's text is
+checked against the model's one-shot answer. The server's CPU (its process and the worker,
+from /proc via psutil) is read around each phase and printed per token, with each phase's
+ratio to the OIP phase.
+
+    .venv/bin/python benchmarks/openai_bench.py [--clients 1,16] [--streams 8] [--tokens 64]
+
+Bounded by stream count and a time limit per phase. Clients and server share the machine's
+CPUs: compare the rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import httpx
+import psutil
+
+from trioserve.launch import launch
+
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT = "hello"
+
+Stream = Callable[[httpx.AsyncClient, str, int], Awaitable[str]]
+
+
+async def oip_stream(http: httpx.AsyncClient, base: str, tokens: int) -> str:
+    body = {"inputs": [{"name": "prompt", "shape": [1], "datatype": "BYTES", "data": [PROMPT]}],
+            "parameters": {"max_tokens": tokens}}  # fmt: skip
+    words = []
+    async with http.stream("POST", f"{base}/v2/models/textgen/generate_stream", json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if line.startswith("data:"):
+                words.append(json.loads(line[5:])["outputs"][0]["data"][0])
+    return " ".join(words)
+
+
+async def _openai_stream(http: httpx.AsyncClient, url: str, body: dict[str, object]) -> str:
+    pieces = []
+    async with http.stream("POST", url, json=body) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            choice = json.loads(line[5:])["choices"][0]
+            pieces.append(
+                choice["delta"].get("content") or "" if "delta" in choice else choice["text"]
+            )
+    return "".join(pieces)
+
+
+async def completions_stream(http: httpx.AsyncClient, base: str, tokens: int) -> str:
+    body = {"model": "textgen", "prompt": PROMPT, "max_tokens": tokens, "stream": True}
+    return await _openai_stream(http, f"{base}/v1/completions", body)
+
+
+async def chat_stream(http: httpx.AsyncClient, base: str, tokens: int) -> str:
+    # The template puts the last message as it is, so the prompt is the same as the others'.
+    body = {"model": "textgen", "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": tokens, "stream": True}  # fmt: skip
+    return await _openai_stream(http, f"{base}/v1/chat/completions", body)
+
+
+PHASES: dict[str, Stream] = {
+    "OIP SSE generate_stream": oip_stream,
+    "OpenAI /v1/completions": completions_stream,
+    "OpenAI /v1/chat/completions": chat_stream,
+}
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    total = 0.0
+    for each in [process, *process.children(recursive=True)]:
+        try:
+            times = each.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def start(workdir: Path) -> tuple[psutil.Process, int, object]:
+    store = workdir / "store"
+    shutil.copytree(ROOT / "handlers" / "textgen", store / "textgen")
+    settings_path = store / "textgen" / "model-settings.json"
+    settings = json.loads(settings_path.read_text())
+    settings["parameters"]["extra"]["openai"]["chat_template"] = "{{ messages[-1].content }}"
+    settings_path.write_text(json.dumps(settings))
+    properties = workdir / "config.properties"
+    properties.write_text(
+        "inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\n"
+        "metrics_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\n"
+        f"disable_token_authorization=true\nmodel_store={store}\n"
+        "load_models=textgen=textgen\ndefault_workers_per_model=1\n"
+    )
+    command = [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config",
+               str(properties)]  # fmt: skip
+    launched = launch(command, log_path=workdir / "server.log", cwd=workdir,
+                      env=dict(os.environ), timeout=120)  # fmt: skip
+    if not launched.ready:
+        launched.process.kill()
+        raise RuntimeError(f"trioserve did not start; see {workdir}/server.log")
+    return psutil.Process(launched.process.pid), launched.port("inference"), launched.process
+
+
+async def phase(
+    stream: Stream, base: str, clients: int, streams: int, tokens: int, expected: str,
+    watched: psutil.Process, limit: float,
+) -> tuple[float, float, int]:  # fmt: skip
+    """(seconds, server CPU seconds, tokens) of C clients x R streams."""
+
+    async def client(http: httpx.AsyncClient) -> int:
+        for _ in range(streams):
+            text = await stream(http, base, tokens)
+            if text != expected:
+                raise AssertionError(f"unexpected text: {text[:80]!r}")
+        return streams * tokens
+
+    limits = httpx.Limits(max_connections=clients + 4)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+        await stream(http, base, tokens)  # warm up
+        cpu0, t0 = cpu_seconds(watched), time.perf_counter()
+        async with asyncio.timeout(limit):
+            done = await asyncio.gather(*(client(http) for _ in range(clients)))
+        return time.perf_counter() - t0, cpu_seconds(watched) - cpu0, sum(done)
+
+
+async def run(args: argparse.Namespace) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="openai-bench-"))
+    watched, port, process = start(workdir)
+    base = f"http://127.0.0.1:{port}"
+    rows = []
+    try:
+        async with httpx.AsyncClient(timeout=60) as http:
+            expected = await oip_stream(http, base, args.tokens)
+        for clients in args.clients:
+            baseline = None
+            for name, stream in PHASES.items():
+                secs, cpu, tokens = await phase(stream, base, clients, args.streams, args.tokens,
+                                                expected, watched, args.time_limit)  # fmt: skip
+                per_token = cpu / tokens * 1e6
+                baseline = baseline or per_token
+                rows.append((clients, name, tokens / secs, per_token, per_token / baseline))
+    finally:
+        process.terminate()  # type: ignore[attr-defined]
+        process.wait(timeout=30)  # type: ignore[attr-defined]
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"textgen, {args.tokens} tokens per stream, {args.streams} streams per client, "
+          "one worker; server CPU = server process + worker, per token\n")  # fmt: skip
+    print("| clients | endpoint | tokens/s | server CPU µs/token | x OIP SSE |")
+    print("|---:|---|---:|---:|---:|")
+    for clients, name, rate, per_token, ratio in rows:
+        print(f"| {clients} | {name} | {rate:,.0f} | {per_token:.1f} | {ratio:.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 16])
+    parser.add_argument("--streams", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--time-limit", type=float, default=120)
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
