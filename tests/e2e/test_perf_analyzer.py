@@ -27,6 +27,8 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 PERF_ANALYZER = REPO / ".tools" / "perf_analyzer" / "perf_analyzer"
+# tritonclient 2.48.0's binary: its OpenAI service kind is what genai-perf drives.
+PERF_ANALYZER_OPENAI = REPO / ".tools" / "perf_analyzer" / "perf_analyzer_openai"
 MLSERVER_MODELS = Path(__file__).parent / "mlserver_models"
 HANDLERS = Path(__file__).parent / "handlers"
 # perf_analyzer finds a model's statistics under an integer version: the models run as "1".
@@ -36,7 +38,7 @@ WINDOW = 20  # requests per measurement window
 
 @pytest.fixture(scope="module")
 def perf_analyzer() -> Path:
-    if not PERF_ANALYZER.exists():
+    if not (PERF_ANALYZER.exists() and PERF_ANALYZER_OPENAI.exists()):
         subprocess.run([str(REPO / "scripts" / "get_perf_analyzer.sh")], check=True, timeout=300)
     probe = subprocess.run(
         [str(PERF_ANALYZER), "--version"], capture_output=True, text=True, timeout=30
@@ -171,6 +173,26 @@ def test_perf_analyzer_streams_a_decoupled_model_over_grpc(
         "--input-data", str(data), "--request-parameter", "max_tokens:1:int",
     )  # fmt: skip
     assert "Detected decoupled model" in output
+    assert client_count(output) >= WINDOW
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_perf_analyzers_openai_service_kind_measures_chat_completions(
+    perf_analyzer: Path, server: Server, tmp_path: Path, stream: bool
+) -> None:
+    """What genai-perf runs against an OpenAI endpoint: perf_analyzer's ``openai`` service
+    kind posting the payloads it is given to ``/v1/chat/completions`` (SSE when they ask for a
+    stream) and counting the answers."""
+    payload = {"model": "textgen", "messages": [{"role": "user", "content": "hello"}],
+               "max_tokens": 8, "stream": stream}  # fmt: skip
+    data = tmp_path / "payloads.json"
+    data.write_text(json.dumps({"data": [{"payload": [payload]}]}))
+    output = run_perf_analyzer(
+        PERF_ANALYZER_OPENAI,
+        "-m", "textgen", "--service-kind", "openai", "--endpoint", "v1/chat/completions",
+        "-u", _host(server.url), "-i", "http", "--async", "--input-data", str(data),
+    )  # fmt: skip
+    assert "Service Kind: OPENAI" in output
     assert client_count(output) >= WINDOW
 
 
