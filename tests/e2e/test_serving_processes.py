@@ -90,20 +90,23 @@ def owner(server: Server, conn: Conn) -> int:
     raise AssertionError(f"no serving process holds the connection from port {conn.port}")
 
 
-def spread(server: Server, per_process: int = 2, limit: int = 80) -> dict[int, list[Conn]]:
-    """Open connections until every serving process holds ``per_process`` of them."""
+def spread(server: Server, per_process: int = 2, within: float = 60) -> dict[int, list[Conn]]:
+    """Open connections until every serving process holds ``per_process`` of them (a
+    serving process started with the server may still be applying its first state when the
+    server says it is ready: on a loaded machine that takes a while)."""
     held: dict[int, list[Conn]] = {pid: [] for pid in serving_pids(server)}
-    spare: list[Conn] = []
-    for _ in range(limit):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
         if all(len(conns) >= per_process for conns in held.values()):
             break
         conn = Conn(server.port)
         status, _h, body = conn.post("/predictions/control2", b"hi")  # accepted and served
         assert status == 200, body
         pid = owner(server, conn)
-        (held[pid] if len(held[pid]) < per_process else spare).append(conn)
-    for conn in spare:
-        conn.close()
+        if len(held[pid]) < per_process:
+            held[pid].append(conn)
+        else:
+            conn.close()
     assert all(len(conns) >= per_process for conns in held.values()), {
         pid: len(c) for pid, c in held.items()
     }
