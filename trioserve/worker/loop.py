@@ -113,6 +113,7 @@ class WorkerLoop:
         self._load_seen = False
         self._loaded = trio.Event()  # the model is loaded (attached connections wait for it)
         self.shutting_down = False  # SHUTDOWN came on the primary connection
+        self.streams: bool | None = None  # the LOAD_RESULT's (encode_load_result)
         # Set once the model is loaded and the batches queued meanwhile are handed over: from
         # then on the frame reader hands batches to the handler thread itself.
         self._direct = False
@@ -318,7 +319,9 @@ class WorkerLoop:
             return False
         self.context, self._spec, self._frames = context, spec, FrameLimit.of(spec)
         self.entry = cast("Entry | MLModelRunner", result.unwrap())
-        await self.send(encode_load_result(200, "loaded"))
+        if isinstance(self.entry, MLModelRunner):
+            self.streams = self.entry.overrides_stream
+        await self.send(encode_load_result(200, "loaded", self.streams))
         self._loaded.set()
         await self._send_metrics()
         return True
