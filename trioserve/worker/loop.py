@@ -12,7 +12,8 @@ knows both APIs. The bytes go through a
 Frames in (server -> worker) and what the worker does:
 
 * LOAD (must come first): load the handler (or MLServer model) in the handler thread, answer
-  LOAD_RESULT ``{code: 200, message: "loaded"}``; on failure answer the code and exit 1.
+  LOAD_RESULT ``{code: 200, message: "loaded"}`` (an MLServer model's with ``streams``);
+  on failure answer the code and exit 1.
 * BATCH: its collated tensors (``meta["tensors"]``, see :mod:`trioserve.worker.tensors`) are
   checked first; a batch whose tensors break the contract is answered at once with 400. Then
   it is queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
