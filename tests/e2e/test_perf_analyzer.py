@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,14 @@ def http_stats(server: Server, model: str) -> dict[str, Any]:
     return dict(entry)
 
 
+def delta(before: dict[str, Any], after: dict[str, Any], *keys: str) -> int:
+    """How much the statistic at ``keys`` grew."""
+    old, new = before, after
+    for key in keys:
+        old, new = old[key], new[key]
+    return int(new) - int(old)
+
+
 # -- perf_analyzer ----------------------------------------------------------------------
 
 
@@ -172,6 +181,7 @@ def test_perf_analyzer_streams_a_decoupled_model_over_grpc(
 ) -> None:
     data = tmp_path / "prompts.json"
     data.write_text(json.dumps({"data": [{"prompt": ["the quick brown fox"]}]}))
+    before = http_stats(server, "textgen")
     output = run_perf_analyzer(
         perf_analyzer,
         "-m", "textgen", "-x", VERSION, "-u", server.grpc_target, "-i", "grpc", "--streaming",
@@ -179,6 +189,38 @@ def test_perf_analyzer_streams_a_decoupled_model_over_grpc(
     )  # fmt: skip
     assert "Detected decoupled model" in output
     assert client_count(output) >= WINDOW
+    # The stream is one request of the model (docs/triton.md); perf_analyzer ends it by
+    # cancelling the call rather than half-closing it: one failed request, counted once the
+    # server has seen the cancellation (which may come after perf_analyzer's exit).
+    deadline = time.monotonic() + 10
+    after = http_stats(server, "textgen")
+    while delta(before, after, "inference_stats", "fail", "count") == 0:
+        assert time.monotonic() < deadline, after
+        time.sleep(0.05)
+        after = http_stats(server, "textgen")
+    assert delta(before, after, "inference_stats", "success", "count") == 0
+
+
+def test_a_half_closed_stream_to_an_mlserver_model_is_one_successful_request(
+    server: Server,
+) -> None:
+    before = http_stats(server, "textgen")
+    answers: list[Any] = []
+    client = triton_grpc.InferenceServerClient(server.grpc_target)
+    try:
+        client.start_stream(callback=lambda result, error: answers.append(error or result))
+        for prompt in (b"one two three", b"four five"):
+            tensor = triton_grpc.InferInput("prompt", [1], "BYTES")
+            tensor.set_data_from_numpy(np.array([prompt], dtype=np.object_))
+            client.async_stream_infer("textgen", [tensor], parameters={"max_tokens": 2})
+        client.stop_stream()  # half-closes, then waits for the stream's end
+    finally:
+        client.close()
+    assert answers and not any(isinstance(a, Exception) for a in answers), answers
+    after = http_stats(server, "textgen")
+    assert delta(before, after, "inference_stats", "success", "count") == 1
+    assert delta(before, after, "inference_stats", "fail", "count") == 0
+    assert delta(before, after, "inference_count") == delta(before, after, "execution_count") == 1
 
 
 def test_perf_analyzer_stops_clearly_when_a_model_declares_no_inputs(
