@@ -234,6 +234,32 @@ def test_perf_analyzer_stops_clearly_when_a_model_declares_no_inputs(
     assert "inputs is required" in output
 
 
+def test_perf_analyzer_with_token_authorization(
+    perf_analyzer: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """REST takes the inference key as a header (-H, on every request perf_analyzer makes);
+    perf_analyzer 2.41 sends no header over gRPC, so there it is refused (docs/triton.md)."""
+    store = tmp_path_factory.mktemp("token-store")
+    _folder_model(store, MLSERVER_MODELS / "doubler", "doubler")
+    server = Server(tmp_path_factory.mktemp("token"), store, "doubler=doubler", tokens=True)
+    server.start()
+    try:
+        key = f"Authorization:Bearer {server.key('inference')}"
+        output = run_perf_analyzer(
+            perf_analyzer, "-m", "doubler", "-u", _host(server.url), "--shape", "x:1,3", "-H", key
+        )
+        assert client_count(output) >= WINDOW
+        refused = run_perf_analyzer(
+            perf_analyzer,
+            *("-m", "doubler", "-u", server.grpc_target, "-i", "grpc", "--shape", "x:1,3"),
+            succeeds=False,
+        )
+        assert "Token Authorization failed" in refused
+    finally:
+        server.stop()
+        server.kill()
+
+
 # -- the configuration extension ------------------------------------------------------
 
 
