@@ -4,7 +4,11 @@ extensions read with tritonclient (REST and gRPC), with real workers.
 
 perf_analyzer comes from scripts/get_perf_analyzer.sh (``make setup`` runs it); the tests
 skip only when the binary is there but cannot run on this machine (say, Debian's libb64-0d
-is missing), with its own error as the reason."""
+is missing), with its own error as the reason.
+
+A little over 400 lines: perf_analyzer's runs and the configuration and statistics they read
+share one module-scoped server (one start of five models with real workers), so they stay
+in one module."""
 
 from __future__ import annotations
 
