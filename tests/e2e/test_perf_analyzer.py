@@ -7,7 +7,7 @@ skip only when the binary is there but cannot run on this machine (say, Debian's
 is missing), with its own error as the reason.
 
 A little over 400 lines: perf_analyzer's runs and the configuration and statistics they read
-share one module-scoped server (one start of five models with real workers), so they stay
+share one module-scoped server (one start of six models with real workers), so they stay
 in one module."""
 
 from __future__ import annotations
