@@ -131,6 +131,28 @@ async def test_leaving_the_callers_scope_cancels_the_running_request() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_each_request_is_counted_once_in_the_statistics_however_it_ends() -> None:
+    async with trio.open_nursery() as nursery:
+        dataplane, _metrics = await started(nursery, FakeLauncher())
+        stats = dataplane.manager.get("m").stats
+        async with dataplane.submit(request()) as call:  # leaving it cancels the call
+            assert [final async for _reply, final in call.replies()] == [True]
+        call.cancel()
+        assert (stats.success.count, stats.fail.count, stats.queue.count) == (1, 0, 1)
+        assert (stats.inference_count, stats.execution_count) == (1, 1)
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        dataplane, _metrics = await started(nursery, FakeLauncher(behaviour=hold))
+        stats = dataplane.manager.get("m").stats
+        with trio.move_on_after(0.1):
+            async with dataplane.submit(request()) as call:
+                await call.next_reply()
+        call.cancel()  # cancelled before its final reply: one failed request
+        assert (stats.success.count, stats.fail.count) == (0, 1)
+        assert stats.last_inference_ms > 0
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_request_of_a_sequence_carries_its_id_to_the_handler() -> None:
     seen: list[list[tuple[str, str]]] = []
 

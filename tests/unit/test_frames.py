@@ -23,7 +23,9 @@ from trioserve.core.messages import (
     decode_reply,
     encode_batch,
     encode_cancel,
+    encode_load_result,
     encode_reply,
+    load_result_streams,
 )
 
 blob_lists = st.lists(st.binary(max_size=300), max_size=6)
@@ -172,6 +174,15 @@ def test_cancel_and_load_spec() -> None:
     assert decode_cancel(decode(encode_cancel(["a", "b"]))) == ["a", "b"]
     spec = LoadSpec("m", "1.0", "/tmp/x", "h.py", batch_size=4, manifest={"a": 1})
     assert LoadSpec.from_meta(spec.to_meta()) == spec
+
+
+def test_a_load_result_says_whether_the_model_streams_only_when_known() -> None:
+    unknown = decode(encode_load_result(200, "loaded"))
+    assert unknown.meta == {"code": 200, "message": "loaded"}
+    assert load_result_streams(unknown) is None
+    for streams in (True, False):
+        assert load_result_streams(decode(encode_load_result(200, "loaded", streams))) is streams
+    assert load_result_streams(decode(encode(Kind.LOAD_RESULT, {"streams": "yes"}))) is None
 
 
 def test_decoded_blobs_are_writable_views_of_one_frame_buffer() -> None:

@@ -361,9 +361,11 @@ def values(reply: BatchReply) -> list[tuple[str, list[Any]]]:
 
 async def test_an_mlserver_model_answers_each_connection_its_own(tmp_path: Path) -> None:
     async with worker() as w:
-        assert (await w.primary.load(model_spec(tmp_path))).meta["code"] == 200
+        loaded = (await w.primary.load(model_spec(tmp_path))).meta
+        # The runtime's own predict_stream is told to every connection's supervisor.
+        assert (loaded["code"], loaded["streams"]) == (200, True)
         attached = w.attach()
-        await attached.load(model_spec(tmp_path))
+        assert (await attached.load(model_spec(tmp_path))).meta["streams"] is True
         # The same batch ids on both, streams among them.
         await w.primary.send(oip_batch(1, ("p-s", "n", 3), stream=True))
         await attached.send(oip_batch(1, ("a-s", "n", 2), stream=True))

@@ -42,7 +42,7 @@ _PAD = bytes(ALIGN)
 
 class Kind(enum.IntEnum):
     LOAD = 1  # server -> worker: load the model (meta: load spec)
-    LOAD_RESULT = 2  # worker -> server: {code, message}
+    LOAD_RESULT = 2  # worker -> server: {code, message[, streams]}
     BATCH = 3  # server -> worker: a batch of requests
     RESPONSE = 4  # worker -> server: per-request answers (FINAL flag on the last)
     CANCEL = 5  # server -> worker: {ids: [...]} the handler should stop

@@ -314,8 +314,19 @@ def encode_load(spec: LoadSpec) -> bytes:
     return encode(Kind.LOAD, spec.to_meta())
 
 
-def encode_load_result(code: int, message: str) -> bytes:
-    return encode(Kind.LOAD_RESULT, {"code": code, "message": message})
+def encode_load_result(code: int, message: str, streams: bool | None = None) -> bytes:
+    """``streams``: whether the loaded model answers a stream with its own code (an MLServer
+    runtime's ``predict_stream``); None: not known (a TorchServe handler), left out."""
+    meta: dict[str, Any] = {"code": code, "message": message}
+    if streams is not None:
+        meta["streams"] = streams
+    return encode(Kind.LOAD_RESULT, meta)
+
+
+def load_result_streams(frame: Frame) -> bool | None:
+    """A LOAD_RESULT's ``streams`` (None when absent or not a boolean)."""
+    streams = frame.meta.get("streams")
+    return streams if isinstance(streams, bool) else None
 
 
 def encode_cancel(request_ids: list[str]) -> bytes:

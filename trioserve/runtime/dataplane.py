@@ -22,7 +22,8 @@ is read (latency counted from :meth:`Dataplane.submit`), and the response class
 or its error. A call cancelled before either has no class (no answer was sent). Triton's
 statistics (``ModelVersion.stats``, :mod:`trioserve.core.model_stats`) count each request
 of a known model version once its outcome is known: a final reply (success, or failure for
-a handler's error status), its error, or its refusal at admission.
+a handler's error status), its error, its refusal at admission, or its cancellation before
+the final reply (a failure: the client left, or ended a stream by cancelling it).
 
 ``limits`` (:class:`~trioserve.core.limits.RequestLimits`) are what one request may expand
 to; the adapters check what they parse against them, and :meth:`Dataplane.submit` checks
@@ -189,7 +190,7 @@ class Call:
         stats: ModelStats | None = None,
     ) -> None:
         self._job = job
-        self._stats = stats  # the model version's Triton statistics
+        self._stats = stats  # the model version's Triton statistics; None once counted
         self._began = began
         self._metrics = metrics
         self._decided = False  # the response class is recorded
@@ -254,7 +255,9 @@ class Call:
         self._job.when_ready(wake)
 
     def cancel(self) -> None:
-        """The adapter no longer wants the answer. Safe to call in any state, repeatedly."""
+        """The adapter no longer wants the answer. Safe to call in any state, repeatedly.
+        A request cancelled before its outcome is known counts as failed in the statistics."""
+        self._failed()
         self._job.cancel()
 
     def send_input(
@@ -283,7 +286,7 @@ class Call:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._job.cancel()
+        self.cancel()
 
     # -- metrics --------------------------------------------------------------------------
 
@@ -293,13 +296,18 @@ class Call:
             if self._metrics is not None:
                 self._metrics.request_outcome(outcome)
 
+    # Each request is counted once in the statistics: ``_stats`` is dropped once it is.
+
     def _failed(self) -> None:
-        if self._stats is not None:
-            self._stats.request_failed(_ns_since(self._began), _now_ms())
+        stats = self._stats
+        if stats is not None:
+            self._stats = None
+            stats.request_failed(_ns_since(self._began), _now_ms())
 
     def _finished(self, reply: Reply) -> None:
         job, metrics, stats = self._job, self._metrics, self._stats
         if stats is not None:
+            self._stats = None
             if reply.status >= 400:
                 stats.request_failed(_ns_since(self._began), _now_ms())
             else:

@@ -239,6 +239,16 @@ class ModelVersion:
         return mlserver is not None and mlserver.merge_stream_replies
 
     @property
+    def streams(self) -> bool | None:
+        """Whether the model answers a stream with its own code (an MLServer runtime that
+        overrides ``predict_stream``), as its workers' loads said; None: no worker has
+        loaded it yet, or its kind of model does not say (a TorchServe handler)."""
+        for worker in self.workers:
+            if worker.streams is not None:
+                return worker.streams
+        return None
+
+    @property
     def tensor_inputs(self) -> Mapping[str, TensorInput]:
         """The inputs the model declares (model-config ``tensorInputs``)."""
         return self._pool.tensor_inputs

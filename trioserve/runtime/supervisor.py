@@ -46,6 +46,7 @@ from trioserve.core.messages import (
     encode_cancel,
     encode_load,
     encode_stream_ack,
+    load_result_streams,
 )
 from trioserve.core.model_stats import ModelStats
 from trioserve.runtime.batcher import Batcher
@@ -164,6 +165,9 @@ class WorkerSupervisor:
             on_batch_end=None if stats is None else _batch_recorder(stats),
         )
         self._reached_ready = False
+        # Whether the model answers a stream with its own code, as its last load said (an
+        # MLServer runtime's predict_stream); None: not known (runtime/triton.py reads it).
+        self.streams: bool | None = None
         self._wake_backoff = trio.CancelScope()
         self._scope = trio.CancelScope()
         self._offered = False  # an offer to take a full batch behind the running one stands
@@ -335,6 +339,7 @@ class WorkerSupervisor:
             )
         code = frame.meta.get("code")
         message = str(frame.meta.get("message", ""))
+        self.streams = load_result_streams(frame)
         if code != 200:
             raise WorkerFailure(
                 errors.worker_died(), detail=f"model load failed ({code}): {message}"

@@ -6,11 +6,12 @@ from its declared tensors (:func:`trioserve.runtime.oip.model_metadata`) and its
 (:class:`~trioserve.core.model_stats.ModelStats`, kept by this process's dataplane and
 workers). The adapters only encode them.
 
-What a model's ``decoupled`` flag says is decided from its settings alone (the handler's
-code is never inspected): a TorchServe model with ``continuousBatching`` answers in a stream;
-an MLServer model answers ``ModelStreamInfer`` as one model stream (``predict_stream``, whose
-default answers each request once), so it is decoupled; any other model answers each request
-once (a TorchServe handler that sends intermediate replies is not known to: docs/triton.md).
+A model's ``decoupled`` flag: a TorchServe model with ``continuousBatching`` answers in a
+stream (its settings say so); an MLServer model is decoupled when its runtime overrides
+``predict_stream`` (its worker says so when it loads: ``ModelVersion.streams``), and until a
+worker has loaded it, it is taken as decoupled (it may be); any other model answers each
+request once (a TorchServe handler that sends intermediate replies is not known to:
+docs/triton.md).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def batching_of(model: ModelVersion) -> Batching:
             batch_size=declared.max_batch_size if adaptive else 1,
             window_us=round(declared.max_batch_time * 1e6) if adaptive else 0,
             merges_first_dim=adaptive,
-            decoupled=True,
+            decoupled=model.streams is not False,
         )
     settings = model.settings
     sequence = settings.sequence

@@ -70,6 +70,7 @@ class Host(Protocol):
     """What an attached connection needs of the worker's frame loop."""
 
     shutting_down: bool  # the primary connection asked the worker to finish and exit
+    streams: bool | None  # the loaded model's, as the primary's LOAD_RESULT says
 
     async def dispatch(self, frame: Frame, origin: AttachedConnection | None = None) -> None:
         """Handle a BATCH, CANCEL, STREAM_INPUT, STREAM_ACK or PING from ``origin``."""
@@ -219,7 +220,7 @@ class AttachedConnection(ServerConnection):
         elif self._host.shutting_down:
             await self.send(encode_load_result(503, "the worker is shutting down"))
         else:
-            await self.send(encode_load_result(200, "loaded"))
+            await self.send(encode_load_result(200, "loaded", self._host.streams))
 
     # -- the end ------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ knows both APIs. The bytes go through a
 Frames in (server -> worker) and what the worker does:
 
 * LOAD (must come first): load the handler (or MLServer model) in the handler thread, answer
-  LOAD_RESULT ``{code: 200, message: "loaded"}``; on failure answer the code and exit 1.
+  LOAD_RESULT ``{code: 200, message: "loaded"}`` (an MLServer model's with ``streams``);
+  on failure answer the code and exit 1.
 * BATCH: its collated tensors (``meta["tensors"]``, see :mod:`trioserve.worker.tensors`) are
   checked first; a batch whose tensors break the contract is answered at once with 400. Then
   it is queued (FIFO, one batch runs at a time). The entry point runs in the handler thread;
@@ -113,6 +114,7 @@ class WorkerLoop:
         self._load_seen = False
         self._loaded = trio.Event()  # the model is loaded (attached connections wait for it)
         self.shutting_down = False  # SHUTDOWN came on the primary connection
+        self.streams: bool | None = None  # the LOAD_RESULT's (encode_load_result)
         # Set once the model is loaded and the batches queued meanwhile are handed over: from
         # then on the frame reader hands batches to the handler thread itself.
         self._direct = False
@@ -318,7 +320,9 @@ class WorkerLoop:
             return False
         self.context, self._spec, self._frames = context, spec, FrameLimit.of(spec)
         self.entry = cast("Entry | MLModelRunner", result.unwrap())
-        await self.send(encode_load_result(200, "loaded"))
+        if isinstance(self.entry, MLModelRunner):
+            self.streams = self.entry.overrides_stream
+        await self.send(encode_load_result(200, "loaded", self.streams))
         self._loaded.set()
         await self._send_metrics()
         return True
