@@ -69,6 +69,7 @@ def test_chat_content_parts_are_joined_and_max_completion_tokens_wins() -> None:
         ({"model": "m", "prompt": "x", "max_tokens": True}, "max_tokens", "integer"),
         ({"model": "m", "prompt": "x", "stop": ["a"] * 5}, "stop", "at most 4"),
         ({"model": "m", "prompt": "x", "stop": 3}, "stop", "string or a list"),
+        ({"model": "m", "prompt": "x", "stop": "s" * 257}, "stop", "at most 256 characters"),
         ({"model": "m", "prompt": "x", "temperature": 3}, "temperature", "from 0 to 2"),
         ({"model": "m", "prompt": "x", "top_p": -0.1}, "top_p", "from 0 to 1"),
         ({"model": "m", "prompt": "x", "seed": 1.5}, "seed", "integer"),

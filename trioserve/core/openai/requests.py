@@ -20,6 +20,8 @@ from trioserve.core.openai.errors import OpenAIError, bad_request, unsupported
 
 ROLES: Final = frozenset({"system", "developer", "user", "assistant", "tool"})
 MAX_STOPS: Final = 4
+# The longest stop string: the server holds back up to that much text while it looks for one.
+MAX_STOP_LENGTH: Final = 256
 # Sampling settings passed to the model as they are, with the range OpenAI accepts.
 RANGES: Final = {
     "temperature": (0.0, 2.0),
@@ -137,6 +139,8 @@ def _stop(stop: Any) -> tuple[str, ...]:
         raise bad_request("stop", "'stop' must be a string or a list of strings")
     if len(stops) > MAX_STOPS:
         raise bad_request("stop", f"'stop' may hold at most {MAX_STOPS} strings, not {len(stops)}")
+    if any(len(s) > MAX_STOP_LENGTH for s in stops):
+        raise bad_request("stop", f"a stop string may be at most {MAX_STOP_LENGTH} characters")
     return tuple(dict.fromkeys(s for s in stops if s))
 
 

@@ -58,12 +58,15 @@ class StopScanner:
     def _partial_start(self, text: str) -> int | None:
         """Where the earliest tail of ``text`` that is a proper prefix of a stop string
         begins (it may yet become that stop string)."""
-        longest = max(len(stop) for stop in self._stops)
-        for start in range(max(0, len(text) - longest + 1), len(text)):
-            tail = text[start:]
-            if any(len(tail) < len(stop) and stop.startswith(tail) for stop in self._stops):
-                return start
-        return None
+        earliest: int | None = None
+        for stop in self._stops:
+            start = text.find(stop[0], max(0, len(text) - len(stop) + 1))
+            while start != -1 and (earliest is None or start < earliest):
+                if stop.startswith(text[start:]):  # a tail shorter than the stop string
+                    earliest = start
+                    break
+                start = text.find(stop[0], start + 1)
+        return earliest
 
 
 class PieceCounter:
