@@ -29,6 +29,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from stream_bench import cpu_seconds
 
 from trioserve.launch import launch
 
@@ -81,17 +82,6 @@ PHASES: dict[str, Stream] = {
     "OpenAI /v1/completions": completions_stream,
     "OpenAI /v1/chat/completions": chat_stream,
 }
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    total = 0.0
-    for each in [process, *process.children(recursive=True)]:
-        try:
-            times = each.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def start(workdir: Path) -> tuple[psutil.Process, int, object]:
