@@ -144,8 +144,10 @@ async def run(args: argparse.Namespace) -> None:
                 secs, cpu, tokens = await phase(stream, base, clients, args.streams, args.tokens,
                                                 expected, watched, args.time_limit)  # fmt: skip
                 per_token = cpu / tokens * 1e6
-                baseline = baseline or per_token
-                rows.append((clients, name, tokens / secs, per_token, per_token / baseline))
+                baseline = per_token if baseline is None else baseline
+                # too short a phase reads no CPU tick at all: no ratio then
+                ratio = per_token / baseline if baseline else float("nan")
+                rows.append((clients, name, tokens / secs, per_token, ratio))
     finally:
         process.terminate()  # type: ignore[attr-defined]
         process.wait(timeout=30)  # type: ignore[attr-defined]
