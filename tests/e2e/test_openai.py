@@ -197,6 +197,15 @@ def test_an_error_mid_stream_is_an_error_event_the_client_raises(server: Server)
     assert "".join(got) == "one two"
 
 
+def test_a_model_failing_before_its_first_piece_answers_with_the_errors_status(
+    server: Server,
+) -> None:
+    with pytest.raises(openai.APIStatusError, match="boom") as failed:
+        client(server).completions.create(model="streamer", prompt="boom", stream=True)
+    assert failed.value.status_code >= 400
+    assert failed.value.response.headers["content-type"].startswith("application/json")
+
+
 def test_a_torchserve_handler_streams_its_intermediate_responses(server: Server) -> None:
     api = client(server)
     whole = api.chat.completions.create(

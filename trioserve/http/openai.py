@@ -193,8 +193,18 @@ async def answer(dataplane: Dataplane, endpoint: str, body: bytes) -> Answer:
     prompt_tokens = answers.prompt_tokens(prompt)
     headers = [*NO_CACHE_HEADERS.items(), ("x-request-id", answer_id)]
     if generation.stream:
+        # The status waits for the model's first pieces, so that a model that fails at once
+        # answers with its error's status, not a 200 and an error event.
+        try:
+            first = await pieces.next()
+        except ServeError as error:
+            pieces.close()
+            return _counted(serve_error_answer(error))
+        except BaseException:
+            pieces.close()
+            raise
         writer = answers.ChunkWriter(generation, answer_id, created)
-        events = EventStream(pieces, counter, writer, prompt_tokens)
+        events = EventStream(pieces, counter, writer, prompt_tokens, first)
         return Answer(200, [*headers, ("Content-Type", SSE_TYPE)], events, counted=True)
     try:
         text = await _collect(pieces, counter)
@@ -238,8 +248,10 @@ class EventStream:
         counter: PieceCounter,
         writer: answers.ChunkWriter,
         prompt_tokens: int,
+        first: tuple[list[str], bool] | None = None,
     ) -> None:
         self._pieces = pieces
+        self._waiting = first  # pieces read before the stream began
         self._counter = counter
         self._writer = writer
         self._prompt_tokens = prompt_tokens
@@ -260,7 +272,10 @@ class EventStream:
             if self._done:
                 raise StopAsyncIteration
             try:
-                got, ended = await self._pieces.next()
+                if self._waiting is not None:
+                    (got, ended), self._waiting = self._waiting, None
+                else:
+                    got, ended = await self._pieces.next()
             except trio.ClosedResourceError:
                 self._finish()
                 raise StopAsyncIteration from None
