@@ -117,6 +117,31 @@ def test_request_finished_sums_latencies_and_sets_queue_time(metrics: ServerMetr
     assert value(metrics, "QueueTime", **HOST_LABELS) == 3.0  # the last one, in ms
 
 
+def test_updates_between_scrapes_add_up_exactly(metrics: ServerMetrics) -> None:
+    # The per-request metrics keep their value in a tally between scrapes: each scrape
+    # shows every update made before it, once.
+    labels = ts_labels("m")
+    for _ in range(3):
+        metrics.request_received("m", None)
+    metrics.request_finished("m", None, latency_us=10.0, queue_us=4000.0)
+    assert value(metrics, "ts_inference_requests_total", **labels) == 3.0
+    assert value(metrics, "ts_inference_requests_total", **labels) == 3.0  # no double count
+    assert value(metrics, "QueueTime", **HOST_LABELS) == 4.0
+    for _ in range(2):
+        metrics.request_received("m", None)
+    metrics.request_finished("m", None, latency_us=5.0, queue_us=1000.0)
+    assert value(metrics, "ts_inference_requests_total", **labels) == 5.0
+    assert value(metrics, "ts_inference_latency_microseconds_total", **labels) == 15.0
+    assert value(metrics, "QueueTime", **HOST_LABELS) == 1.0  # a gauge: the last value
+    assert value(metrics, "QueueTime", **HOST_LABELS) == 1.0  # kept after the scrape
+
+
+def test_a_counter_updated_by_zero_is_exported_at_zero(metrics: ServerMetrics) -> None:
+    metrics.request_finished("m", None, latency_us=0.0, queue_us=0.0)
+    assert value(metrics, "ts_queue_latency_microseconds_total", **ts_labels("m")) == 0.0
+    assert value(metrics, "ts_inference_latency_microseconds_total", **ts_labels("m")) == 0.0
+
+
 def test_negative_or_nan_latencies_never_move_counters_back(metrics: ServerMetrics) -> None:
     metrics.request_finished("m", None, latency_us=100.0, queue_us=10.0)
     metrics.request_finished("m", None, latency_us=-5.0, queue_us=float("nan"))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trioserve.core.http1 import CONTINUE, HttpError, Request, RequestReader
+from trioserve.runtime.parking import Parked
 from trioserve.sockio import linger, send_eagerly
 
 if TYPE_CHECKING:
@@ -36,8 +37,11 @@ class FrontConnection:
         self.gone = trio.Event()  # the client closed (or broke) its side
         self.request_scope: trio.CancelScope | None = None
         self.deadline = math.inf  # while waiting for a request: when to give up waiting
-        self._arrived = trio.Event()
-        self._room = trio.Event()
+        # The answering task waiting for a request, the reading task waiting for room in
+        # the buffer: each parked only while it waits (runtime/parking.py).
+        self._arrived: Parked | None = None
+        self._room: Parked | None = None
+        self._now = trio.lowlevel.current_clock().current_time
         self._read_limit = front.settings.max_request_size + 128 * 1024
         # Refused mid-request (a body over the limit, a malformed head): read what the
         # client still sends for a while before closing (sockio.linger).
@@ -55,8 +59,9 @@ class FrontConnection:
         self.tls = None if context is None else trio.SSLStream(stream, context, server_side=True)
 
     def wake(self) -> None:
-        self._arrived.set()
-        self._arrived = trio.Event()
+        arrived, self._arrived = self._arrived, None
+        if arrived is not None:
+            arrived.set()
 
     async def send(self, data: bytes) -> None:
         # An answer nearly always fits the socket buffer: no scheduler pass per request.
@@ -89,7 +94,8 @@ class FrontConnection:
         try:
             while True:
                 if self.reader.buffered > self._read_limit:
-                    await self._room.wait()  # a pipelining client waits for us
+                    room = self._room = Parked()  # a pipelining client waits for us
+                    await room.wait()
                     continue
                 if self.tls is not None:
                     data = bytes(await self.tls.receive_some(65536))  # errors: broken resource
@@ -113,27 +119,30 @@ class FrontConnection:
 
     async def _next_request(self) -> Request | None:
         settings = self.front.settings
-        idle_deadline = trio.current_time() + settings.keep_alive_timeout
+        now = self._now
+        idle_deadline = now() + settings.keep_alive_timeout
         read_deadline: float | None = None
         while True:
             request = self.reader.next_request()
             if request is not None:
-                self._room.set()
-                self._room = trio.Event()
+                room, self._room = self._room, None
+                if room is not None:
+                    room.set()
                 return request
             started = self.reader.started
             if self.gone.is_set() or (self.front.draining and not started):
                 return None
             if started and read_deadline is None:
-                read_deadline = trio.current_time() + settings.read_timeout
+                read_deadline = now() + settings.read_timeout
             if self.reader.wants_continue():
                 await self.send(CONTINUE)
             deadline = idle_deadline if read_deadline is None else read_deadline
-            if trio.current_time() < deadline:
+            if now() < deadline:
                 # No cancel scope per wait (they showed in profiles): the front's timer task
                 # wakes a connection whose deadline has passed (Front._expire).
                 self.deadline = deadline
-                await self._arrived.wait()
+                arrived = self._arrived = Parked()
+                await arrived.wait()
                 self.deadline = math.inf
                 continue
             if read_deadline is None:

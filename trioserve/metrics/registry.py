@@ -60,7 +60,6 @@ from trioserve.metrics.families import (
     Filtered,
     GaugeSource,
     ignore_update,
-    lazy_child,
 )
 from trioserve.metrics.records import record_name, record_problem
 from trioserve.metrics.system import SystemSampler
@@ -251,8 +250,8 @@ class ServerMetrics:
         return {"Level": HOST_LEVEL, "Hostname": self.hostname}
 
     # Every inference request updates five builtin metrics: their updaters are resolved once
-    # per label set (a child is created on its first update, so a metric never updated is
-    # not exported).
+    # per label set and keep the value in a tally until the next scrape (families.Tally; a
+    # metric never updated is not exported).
 
     def _ts_updater(self, name: str, model: str, version: str | None) -> Callable[[float], None]:
         key = (name, model, version)
@@ -283,7 +282,7 @@ class ServerMetrics:
         family = self._families.get(name)
         if family is None:
             return ignore_update
-        return lazy_child(family, labels)
+        return family.tally(labels)
 
     def _families_now(self) -> list[Family]:
         with self._lock:

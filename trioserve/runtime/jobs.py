@@ -19,6 +19,7 @@ import trio
 from trioserve.core.errors import ServeError
 from trioserve.core.messages import Reply
 from trioserve.core.request import InferenceRequest
+from trioserve.runtime.parking import Parked
 
 
 class _Wake:
@@ -66,7 +67,7 @@ class Job:
         # job holds is bounded by what its handler sends.
         self._items: deque[tuple[Reply, bool] | ServeError] = deque()
         # Set when an item arrives or the job ends.
-        self._waiter: trio.Event | _Wake | None = None
+        self._waiter: Parked | _Wake | None = None
         self._ended = False  # no more items will come
         self._closed = False  # the adapter is gone: items are dropped
         self._remove: Callable[[Job], None] | None = None
@@ -170,7 +171,7 @@ class Job:
             item = self.poll()
             if item is not None:
                 return item
-            waiter = self._waiter = trio.Event()
+            waiter = self._waiter = Parked()
             await waiter.wait()
 
     def poll(self) -> tuple[Reply, bool] | None:
