@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -93,6 +95,27 @@ class Row:
     worker_us: float
     cores: float
     rss_mb: float
+    round: int = 1
+    probe_ns: float = 0.0  # the machine-speed probe before this peer's block (speed_probe)
+
+
+def speed_probe() -> float:
+    """Nanoseconds per step of a plain Python loop, best of three: the machine's speed for
+    Python code at this moment. On this project's shared machines it moved ~1.8x within
+    twenty minutes (2026-11-28), so each peer's block records it beside its numbers."""
+
+    def loop(n: int) -> int:
+        total = 0
+        for i in range(n):
+            total += i
+        return total
+
+    best = math.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        loop(1_000_000)
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e9 / 1_000_000
 
 
 def _field(line: str, name: str) -> str:
@@ -166,8 +189,9 @@ def stop(peer: str) -> None:
     subprocess.run([str(script)], env=dict(os.environ, PROJECT=str(ROOT)), capture_output=True)
 
 
-def measure(peer: str, config: str, args: argparse.Namespace) -> list[Row]:
+def measure(peer: str, config: str, args: argparse.Namespace, round_no: int = 1) -> list[Row]:
     workers, batch = CONFIGS[config]
+    probe = speed_probe()
     pid = start(peer, workers, batch, args.base_tree)
     rows: list[Row] = []
     try:
@@ -197,11 +221,13 @@ def measure(peer: str, config: str, args: argparse.Namespace) -> list[Row]:
                     worker_us=(w1 - w0) * 1e6 / max(n, 1),
                     cores=((s1 - s0) + (w1 - w0)) / wall,
                     rss_mb=rss / 2**20,
+                    round=round_no,
+                    probe_ns=probe,
                 )
                 print(
-                    f"  {peer} {config} {proto} c={conc}: {rps:.0f} rps, server "
+                    f"  [{round_no}] {peer} {config} {proto} c={conc}: {rps:.0f} rps, server "
                     f"{row.server_us:.0f} µs/req, workers {row.worker_us:.0f} µs/req, "
-                    f"{row.cores:.2f} cores",
+                    f"{row.cores:.2f} cores, probe {probe:.1f} ns",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -225,6 +251,8 @@ def read_tsv(path: Path) -> list[Row]:
                 float(r["worker_us"]),
                 float(r["cores"]),
                 float(r["rss_mb"]),
+                int(r.get("round") or 1),
+                float(r.get("probe_ns") or 0.0),
             )
             for r in csv.DictReader(f, delimiter="\t")
         ]
@@ -238,7 +266,48 @@ def write_tsv(path: Path, rows: list[Row]) -> None:
             f.write("\t".join(str(getattr(row, name)) for name in names) + "\n")
 
 
+def median_rows(rows: list[Row]) -> list[Row]:
+    """One row per (config, proto, conc, peer): the median of each number over the rounds."""
+    groups: dict[tuple[str, str, int, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.config, r.proto, r.conc, r.peer), []).append(r)
+    out = []
+    for (config, proto, conc, peer), group in groups.items():
+        med = {
+            name: statistics.median(getattr(r, name) for r in group)
+            for name in ("rps", "server_us", "worker_us", "cores", "rss_mb", "probe_ns")
+        }
+        n = int(statistics.median(r.n for r in group))
+        out.append(Row(config, proto, conc, peer, n=n, round=0, **med))
+    return out
+
+
+def round_ratios(rows: list[Row], peer: str) -> dict[tuple[str, str, int], str]:
+    """Each round's ratio of ``peer`` to TorchServe, per point (``0.91/1.04``)."""
+    index = {(r.config, r.proto, r.conc, r.peer, r.round): r for r in rows}
+    out: dict[tuple[str, str, int], list[str]] = {}
+    for r in sorted(rows, key=lambda r: r.round):
+        if r.peer != peer:
+            continue
+        ts = index.get((r.config, r.proto, r.conc, "ts", r.round))
+        if ts is not None:
+            out.setdefault((r.config, r.proto, r.conc), []).append(f"{r.rps / ts.rps:.2f}")
+    return {key: "/".join(values) for key, values in out.items()}
+
+
+def render_probes(rows: list[Row]) -> str:
+    """The machine-speed probe of each peer's blocks, per round."""
+    seen: dict[tuple[int, str, str], float] = {}
+    for r in rows:
+        seen[(r.round, r.config, r.peer)] = r.probe_ns
+    parts = [f"r{k[0]} {k[1]} {k[2]} {v:.1f}" for k, v in sorted(seen.items())]
+    return "Speed probe (ns per Python loop step, lower is faster): " + ", ".join(parts)
+
+
 def render(rows: list[Row], before: list[Row] | None) -> str:
+    rounds = len({r.round for r in rows}) > 1
+    per_round = round_ratios(rows, "trio") if rounds else {}
+    rows = median_rows(rows) if rounds else rows
     index = {(r.config, r.proto, r.conc, r.peer): r for r in rows}
     old = {(r.config, r.proto, r.conc, r.peer): r for r in before or []}
     if before is None and any(r.peer == "base" for r in rows):
@@ -247,6 +316,7 @@ def render(rows: list[Row], before: list[Row] | None) -> str:
         before = rows
     head = (
         "| config | proto | c | TorchServe rps | trioserve rps | ratio |"
+        + (" ratio per round |" if rounds else "")
         + (" ratio before |" if before else "")
         + " trio server µs/req | trio worker µs/req | TS server µs/req | TS worker µs/req |"
     )
@@ -267,6 +337,8 @@ def render(rows: list[Row], before: list[Row] | None) -> str:
             f"{trio.rps:.0f}" if trio else "-",
             ratio,
         ]
+        if rounds:
+            cells.append(per_round.get((config, proto, conc), "-"))
         otrio = old.get((config, proto, conc, "trio"))
         if before:
             ots = old.get((config, proto, conc, "ts"))
@@ -286,10 +358,16 @@ def render(rows: list[Row], before: list[Row] | None) -> str:
 
 
 def render_peers(rows: list[Row]) -> str:
-    """Every trioserve peer against TorchServe: rps, ratio, CPU per request, cores, RSS."""
+    """Every trioserve peer against TorchServe: rps, ratio, CPU per request, cores, RSS
+    (medians over the rounds, with each round's ratio when there are several)."""
+    rounds = len({r.round for r in rows}) > 1
+    per_round = {p: round_ratios(rows, p) for p in {r.peer for r in rows}} if rounds else {}
+    rows = median_rows(rows) if rounds else rows
     peers = sorted({r.peer for r in rows if r.peer != "ts"})
     head = "| config | proto | c | TS rps | TS cores | TS RSS MB |" + "".join(
-        f" {p} rps | {p}/TS | {p} server µs | {p} worker µs | {p} cores | {p} RSS MB |"
+        f" {p} rps | {p}/TS |"
+        + (f" {p}/TS per round |" if rounds else "")
+        + f" {p} server µs | {p} worker µs | {p} cores | {p} RSS MB |"
         for p in peers
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -305,10 +383,13 @@ def render_peers(rows: list[Row]) -> str:
         for peer in peers:
             r = index.get((config, proto, conc, peer))
             if r is None:
-                cells += ["-"] * 6
+                cells += ["-"] * (7 if rounds else 6)
                 continue
             ratio = f"{r.rps / ts.rps:.2f}" if ts else "-"
-            cells += [f"{r.rps:.0f}", ratio, f"{r.server_us:.0f}", f"{r.worker_us:.0f}"]
+            cells += [f"{r.rps:.0f}", ratio]
+            if rounds:
+                cells.append(per_round[peer].get((config, proto, conc), "-"))
+            cells += [f"{r.server_us:.0f}", f"{r.worker_us:.0f}"]
             cells += [f"{r.cores:.2f}", f"{r.rss_mb:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -326,16 +407,22 @@ def main() -> None:
     parser.add_argument("--compare", type=Path, default=None)
     parser.add_argument("--reuse", type=Path, default=None, help="rows of peers not run now")
     parser.add_argument("--base-tree", type=Path, default=None)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat, peers in reverse order every other round"
+    )
     args = parser.parse_args()
     args.concs = [int(c) for c in args.concs.split(",")]
     rows: list[Row] = []
     if args.reuse:
         wanted = set(args.peers.split(","))
         rows += [r for r in read_tsv(args.reuse) if r.peer not in wanted]
-    for config in args.configs.split(","):
-        for peer in args.peers.split(","):
-            print(f"{peer} {config}", file=sys.stderr, flush=True)
-            rows += measure(peer, config, args)
+    peers = args.peers.split(",")
+    for round_no in range(1, args.rounds + 1):
+        order = peers if round_no % 2 else peers[::-1]
+        for config in args.configs.split(","):
+            for peer in order:
+                print(f"[{round_no}] {peer} {config}", file=sys.stderr, flush=True)
+                rows += measure(peer, config, args, round_no)
     if args.tsv:
         write_tsv(args.tsv, rows)
     before = read_tsv(args.compare) if args.compare else None
@@ -343,6 +430,8 @@ def main() -> None:
         print(render_peers(rows))
     else:
         print(render(rows, before))
+    print()
+    print(render_probes(rows))
 
 
 if __name__ == "__main__":
