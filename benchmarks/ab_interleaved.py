@@ -36,7 +36,16 @@ PORTS = {"new": 18000, "base": 19000}  # + 80 inference, 81 management, 82 metri
 GRPC_PATH = "/org.pytorch.serve.grpc.inference.InferenceAPIsService/Predictions"
 
 
-def start(tree: str, base: int, store: Path, workers: int, env: dict[str, str]) -> psutil.Process:
+def start(
+    tree: str,
+    base: int,
+    store: Path,
+    workers: int,
+    env: dict[str, str],
+    extra: tuple[str, ...] = (),
+) -> psutil.Process:
+    """trioserve serving ``store``'s echo.mar on ports ``base`` + 70/71/80/81/82, with
+    ``extra`` arguments to ``start``; returns once ``workers`` workers are READY."""
     folder = Path(tempfile.mkdtemp(prefix=f"ab-{tree}-"))
     config = folder / "config.properties"
     config.write_text(
@@ -49,7 +58,7 @@ def start(tree: str, base: int, store: Path, workers: int, env: dict[str, str]) 
     )
     cmd = [str(ROOT / ".venv" / "bin" / "trioserve"), "start", "--foreground", "--ncs"]
     cmd += ["--model-store", str(store), "--models", "echo=echo.mar"]
-    cmd += ["--ts-config", str(config), "--disable-token-auth"]
+    cmd += ["--ts-config", str(config), "--disable-token-auth", *extra]
     log = (folder / "server.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{base + 81}/models/echo"
@@ -64,25 +73,31 @@ def start(tree: str, base: int, store: Path, workers: int, env: dict[str, str]) 
     raise SystemExit(f"{tree} not ready; see {folder / 'server.log'}")
 
 
-def load(proto: str, base: int, conc: int, secs: float) -> int:
-    """One slice of load; the requests answered."""
+def load(
+    proto: str, port: int, conc: int, secs: float, rate: float = 800
+) -> tuple[int, float]:
+    """One slice of load on ``port`` (HTTP: wrk for ``secs``; gRPC: h2load, about ``rate``
+    x ``secs`` calls); the requests answered and the rate."""
     if proto == "http":
-        cmd = [
-            str(BENCH / "load" / "http_wrk.sh"),
-            f"http://127.0.0.1:{base + 80}/predictions/echo",
-        ]
+        cmd = [str(BENCH / "load" / "http_wrk.sh"), f"http://127.0.0.1:{port}/predictions/echo"]
         cmd += [str(BENCH / "load" / "bodies" / "hello.bin"), str(conc), str(int(secs))]
         env = dict(os.environ)
     else:
-        cmd = [str(BENCH / "load" / "grpc_h2load.sh"), f"http://127.0.0.1:{base + 70}{GRPC_PATH}"]
-        cmd += [str(BENCH / "load" / "bodies" / "ts_predictions_hello.grpc"), str(conc), "30"]
-        env = dict(os.environ, EXPECT_RESP_BYTES="12", H2_N=str(int(800 * secs)))
+        cmd = [str(BENCH / "load" / "grpc_h2load.sh"), f"http://127.0.0.1:{port}{GRPC_PATH}"]
+        cmd += [str(BENCH / "load" / "bodies" / "ts_predictions_hello.grpc"), str(conc), "60"]
+        count = max(100, int(rate * secs))
+        env = dict(os.environ, EXPECT_RESP_BYTES="12", H2_N=str(count))
     line = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     fields = dict(part.split("=", 1) for part in line.strip().splitlines()[-1].split())
     bad = fields.get("non2xx", "0") != "0" or fields.get("grpc_bad", "0") not in ("0", "na")
     if bad or fields.get("failed", "0") != "0":
         raise SystemExit(f"bad answers: {line.strip()}")
-    return int(fields["n"])
+    return int(fields["n"]), float(fields["rps"])
+
+
+def port(proto: str, base: int) -> int:
+    """The inference port of ``proto`` for a server started with ``base``."""
+    return base + (80 if proto == "http" else 70)
 
 
 def cpu(procs: list[psutil.Process]) -> float:
@@ -125,14 +140,14 @@ def main() -> None:
     samples: dict[str, list[tuple[float, float, float]]] = {tree: [] for tree in PORTS}
     try:
         for tree in PORTS:
-            load(args.proto, PORTS[tree], args.conc, 2)  # warm-up
+            load(args.proto, port(args.proto, PORTS[tree]), args.conc, 2)  # warm-up
         for index in range(args.slices):
             order = list(PORTS) if index % 2 == 0 else list(PORTS)[::-1]
             for tree in order:
                 main_proc = servers[tree]
                 workers = main_proc.children(recursive=True)
                 s0, w0, t0 = cpu([main_proc]), cpu(workers), time.monotonic()
-                n = load(args.proto, PORTS[tree], args.conc, args.slice)
+                n, _ = load(args.proto, port(args.proto, PORTS[tree]), args.conc, args.slice)
                 s1, w1, t1 = cpu([main_proc]), cpu(workers), time.monotonic()
                 samples[tree].append(((s1 - s0) * 1e6 / n, (w1 - w0) * 1e6 / n, n / (t1 - t0)))
                 print(f"  {index} {tree}: {samples[tree][-1][0]:.0f} µs/req", file=sys.stderr)

@@ -25,16 +25,37 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = Path(__file__).parent / "mlserver_models"
 
 
-def _streamer(store: Path) -> None:
-    """The test streamer runtime, opted in: input ``text``, output ``token``."""
-    shutil.copytree(MODELS / "streamer", store / "streamer")
-    path = store / "streamer" / "model-settings.json"
+def _opt_in(folder: Path, name: str, section: dict[str, str]) -> None:
+    """Name the MLServer model folder ``name`` and give it the ``openai`` section."""
+    path = folder / "model-settings.json"
     settings = json.loads(path.read_text())
-    settings["parameters"]["extra"] = {
-        "openai": {"input": "text", "output": "token", "separator": " ",
-                   "chat_template": "{{ messages[-1].content }}"},
-    }  # fmt: skip
+    settings["name"] = name
+    settings.setdefault("parameters", {})["extra"] = {"openai": section}
     path.write_text(json.dumps(settings))
+
+
+def _streamer(store: Path) -> None:
+    """The test streamer runtime, opted in: input ``text``, output ``token``; and the
+    folders the tests register through the management API: ``strict`` (the streamer with a
+    chat template that refuses system messages), ``badopenai`` (a template that does not
+    compile) and ``badoutput`` (textgen naming an output it does not have)."""
+    streamer = {"input": "text", "output": "token", "separator": " "}
+    shutil.copytree(MODELS / "streamer", store / "streamer")
+    _opt_in(store / "streamer", "streamer", {**streamer, "chat_template": LAST_MESSAGE})
+    shutil.copytree(MODELS / "streamer", store / "strict")
+    _opt_in(store / "strict", "strict", {**streamer, "chat_template": NO_SYSTEM})
+    shutil.copytree(ROOT / "handlers" / "textgen", store / "badopenai")
+    _opt_in(store / "badopenai", "badopenai", {"chat_template": "{% for %}"})
+    shutil.copytree(ROOT / "handlers" / "textgen", store / "badoutput")
+    _opt_in(store / "badoutput", "badoutput", {"output": "nosuch", "separator": " "})
+
+
+LAST_MESSAGE = "{{ messages[-1].content }}"
+NO_SYSTEM = (  # refuses system messages through raise_exception
+    "{% for m in messages %}{% if m.role == 'system' %}"
+    "{{ raise_exception('this model takes no system message') }}{% endif %}"
+    "{{ m.content }} {% endfor %}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +70,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = Server(
         work, store, "textgen=textgen,streamer=streamer,tsgen=tsgen.mar,plain=plain.mar",
         env={"TRIOSERVE_TEST_MARKERS": str(work / "markers")},
+        properties={"enable_model_api": "true"},  # tests register models
     )  # fmt: skip
     server.start()
     yield server
@@ -250,6 +272,71 @@ def test_errors_are_openais_objects_and_status_codes(server: Server) -> None:
     assert r.status_code == 400
     error = r.json()["error"]
     assert error["type"] == "invalid_request_error" and "not valid JSON" in error["message"]
+
+
+def register(server: Server, folder: str) -> httpx.Response:
+    return httpx.post(
+        f"{server.management_url}/models",
+        params={"url": folder, "initial_workers": "1", "synchronous": "true"},
+        timeout=60,
+    )
+
+
+def test_a_chat_template_that_refuses_the_messages_is_a_400(server: Server) -> None:
+    assert register(server, "strict").status_code == 200
+    try:
+        api = client(server)
+        words = [{"role": "user", "content": "two words"}]
+        stream = api.chat.completions.create(model="strict", messages=words, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == (
+            "two words"
+        )
+        system = [{"role": "system", "content": "be brief"}, *words]
+        for streamed in (False, True):
+            with pytest.raises(openai.BadRequestError) as refused:
+                api.chat.completions.create(model="strict", messages=system, stream=streamed)
+            assert refused.value.param == "messages"
+            assert "this model takes no system message" in refused.value.message
+    finally:
+        httpx.delete(f"{server.management_url}/models/strict", timeout=60)
+
+
+def test_a_malformed_openai_section_fails_the_registration(server: Server) -> None:
+    answer = register(server, "badopenai")
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["message"]
+    assert "model-settings.json of badopenai: openai.chat_template does not compile" in message
+    listed = httpx.get(f"{server.url}/v1/models", timeout=30).json()
+    assert "badopenai" not in listed["models"]
+
+
+def test_a_model_without_the_configured_output_is_a_500_naming_it(server: Server) -> None:
+    assert register(server, "badoutput").status_code == 200
+    try:
+        api = client(server)
+        hello = [{"role": "user", "content": "hello"}]
+        with pytest.raises(openai.InternalServerError, match="BYTES output 'nosuch'"):
+            api.chat.completions.create(model="badoutput", messages=hello, max_tokens=2)
+    finally:
+        httpx.delete(f"{server.management_url}/models/badoutput", timeout=60)
+
+
+def test_the_app_answers_the_paths_the_fast_path_hands_on(server: Server) -> None:
+    """A percent-encoded path is not matched by the fast path: the Quart view answers it,
+    whole and streamed, and its 404 is OpenAI's error object."""
+    url = f"{server.url}/v1/chat/%63ompletions"
+    body = {"model": "textgen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    whole = httpx.post(url, json=body, timeout=30)
+    assert whole.status_code == 200, whole.text
+    assert len(whole.json()["choices"][0]["message"]["content"].split()) == 3
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=30) as streamed:
+        assert streamed.headers["content-type"].startswith("text/event-stream")
+        events = b"".join(streamed.iter_bytes()).split(b"\n\n")
+    assert events[-2:] == [b"data: [DONE]", b""]
+    assert len(events) == 2 + 5  # the role chunk, 3 words, the finish chunk
+    missing = httpx.post(url, json={**body, "model": "nosuchmodel"}, timeout=30)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["code"] == "model_not_found"
 
 
 def test_curl_sees_the_sse_bytes(server: Server) -> None:

@@ -229,6 +229,11 @@ def test_chat_templates_render_in_a_sandbox() -> None:
     with pytest.raises(OpenAIError, match="no system messages") as refused:
         strict.render_chat(messages)
     assert refused.value.status == 400
+    tokens = parse_mapping(
+        {"chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}"
+                          "{% endfor %}", "bos_token": "<s>", "eos_token": "</s>"}
+    )  # fmt: skip
+    assert tokens.render_chat(messages) == "<s>be kind</s>hi</s>"
     escape = parse_mapping({"chat_template": "{{ messages.__class__.__mro__ }}"})
     with pytest.raises(OpenAIError, match="chat template"):
         escape.render_chat(messages)

@@ -12,8 +12,11 @@ A model opts in with an ``openai`` section: in an MLServer model folder's
   answer does;
 - ``chat_template``: a Jinja2 template that renders ``messages`` into the prompt of a chat
   request, as Hugging Face's and vLLM's chat templates do (variables ``messages``,
-  ``add_generation_prompt`` (true), ``bos_token`` and ``eos_token`` (empty), function
-  ``raise_exception``); default :data:`DEFAULT_CHAT_TEMPLATE`.
+  ``add_generation_prompt`` (true), ``bos_token`` and ``eos_token``, function
+  ``raise_exception``); default :data:`DEFAULT_CHAT_TEMPLATE`;
+- ``bos_token``, ``eos_token`` (default ``""``): the values those template variables take
+  (a Hugging Face template copied as it is writes ``{{ bos_token }}`` at the start).
+
 
 The template runs in Jinja2's immutable sandbox and is compiled once, when the model is
 registered: a template that does not compile fails the registration.
@@ -33,7 +36,7 @@ DEFAULT_CHAT_TEMPLATE: Final = (
     "{% for message in messages %}{{ message.role }}: {{ message.content }}\n{% endfor %}"
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
-KEYS: Final = frozenset({"input", "output", "separator", "chat_template"})
+KEYS: Final = frozenset({"input", "output", "separator", "chat_template", "bos_token", "eos_token"})
 
 
 class MappingError(ValueError):
@@ -54,6 +57,8 @@ class OpenAIMapping:
     output: str = "text"
     separator: str = ""
     chat_template: str = DEFAULT_CHAT_TEMPLATE
+    bos_token: str = ""
+    eos_token: str = ""
     _compiled: jinja2.Template = field(
         default_factory=lambda: _ENVIRONMENT.from_string(DEFAULT_CHAT_TEMPLATE),
         compare=False,
@@ -66,8 +71,8 @@ class OpenAIMapping:
             return self._compiled.render(
                 messages=[dict(m) for m in messages],
                 add_generation_prompt=True,
-                bos_token="",
-                eos_token="",
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
             )
         except jinja2.TemplateError as exc:
             raise OpenAIError(
@@ -110,6 +115,8 @@ def parse_mapping(section: Any) -> OpenAIMapping:
         output=values.get("output", "text"),
         separator=values.get("separator", ""),
         chat_template=template,
+        bos_token=values.get("bos_token", ""),
+        eos_token=values.get("eos_token", ""),
         _compiled=compiled,
     )
 
