@@ -188,6 +188,29 @@ async def test_a_settle_from_another_trio_task_wakes_the_parked_driver() -> None
     await with_driven(body)
 
 
+async def test_a_settle_wakes_the_driver_parked_until_a_timer_too() -> None:
+    """With an asyncio timer due later, the driver waits for the selector or the timer (a
+    cancel scope with a deadline); a reply from Trio must still wake it at once."""
+    release = trio.Event()
+
+    async def later() -> str:
+        await release.wait()
+        return "done"
+
+    async def body(portal: DrivenLoop) -> None:
+        timer = portal.loop.call_later(60, lambda: None)
+        task = await spawn(portal, portal.run_trio(later))
+        await trio.sleep(0.05)  # the driver parks until the timer or the selector
+        with trio.fail_after(5):
+            release.set()
+            while not task.done():
+                await trio.sleep(0.01)
+        assert task.result() == "done"
+        timer.cancel()
+
+    await with_driven(body)
+
+
 async def test_a_callback_from_another_thread_wakes_the_parked_driver() -> None:
     got: list[str] = []
 

@@ -404,6 +404,9 @@ class WorkerSupervisor:
         """Wait for the next event (a batch assigned or finished, a failure, a stop request);
         False if ``deadline`` came first."""
         self._wake = trio.Event()
+        if deadline == math.inf:
+            await self._wake.wait()  # no cancel scope per wait (it showed in profiles)
+            return True
         with trio.move_on_at(deadline):
             await self._wake.wait()
             return True
