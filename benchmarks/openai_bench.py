@@ -21,7 +21,6 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -29,9 +28,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from stream_bench import cpu_seconds
-
-from trioserve.launch import launch
+from stream_bench import Server, copy_model, cpu_seconds, serve_store
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "hello"
@@ -84,28 +81,15 @@ PHASES: dict[str, Stream] = {
 }
 
 
-def start(workdir: Path) -> tuple[psutil.Process, int, object]:
-    store = workdir / "store"
-    shutil.copytree(ROOT / "handlers" / "textgen", store / "textgen")
+def start(workdir: Path) -> Server:
+    """trioserve serving textgen, its chat template reduced to the last message's text (so
+    that a chat and a completion make the same prompt)."""
+    store = copy_model(workdir, merge=False)
     settings_path = store / "textgen" / "model-settings.json"
     settings = json.loads(settings_path.read_text())
     settings["parameters"]["extra"]["openai"]["chat_template"] = "{{ messages[-1].content }}"
     settings_path.write_text(json.dumps(settings))
-    properties = workdir / "config.properties"
-    properties.write_text(
-        "inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\n"
-        "metrics_address=http://127.0.0.1:0\ngrpc_inference_port=0\ngrpc_management_port=0\n"
-        f"disable_token_authorization=true\nmodel_store={store}\n"
-        "load_models=textgen=textgen\ndefault_workers_per_model=1\n"
-    )
-    command = [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config",
-               str(properties)]  # fmt: skip
-    launched = launch(command, log_path=workdir / "server.log", cwd=workdir,
-                      env=dict(os.environ), timeout=120)  # fmt: skip
-    if not launched.ready:
-        launched.process.kill()
-        raise RuntimeError(f"trioserve did not start; see {workdir}/server.log")
-    return psutil.Process(launched.process.pid), launched.port("inference"), launched.process
+    return serve_store("trioserve", workdir, store, dict(os.environ))
 
 
 async def phase(
@@ -132,8 +116,9 @@ async def phase(
 
 async def run(args: argparse.Namespace) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="openai-bench-"))
-    watched, port, process = start(workdir)
-    base = f"http://127.0.0.1:{port}"
+    server = start(workdir)
+    watched = psutil.Process(server.process.pid)
+    base = f"http://127.0.0.1:{server.http_port}"
     rows = []
     try:
         async with httpx.AsyncClient(timeout=60) as http:
@@ -149,8 +134,8 @@ async def run(args: argparse.Namespace) -> None:
                 ratio = per_token / baseline if baseline else float("nan")
                 rows.append((clients, name, tokens / secs, per_token, ratio))
     finally:
-        process.terminate()  # type: ignore[attr-defined]
-        process.wait(timeout=30)  # type: ignore[attr-defined]
+        server.process.terminate()
+        server.process.wait(timeout=30)
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"textgen, {args.tokens} tokens per stream, {args.streams} streams per client, "
           "one worker; server CPU = server process + worker, per token\n")  # fmt: skip

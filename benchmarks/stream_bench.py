@@ -98,7 +98,12 @@ def copy_model(workdir: Path, merge: bool) -> Path:
 
 
 def start_trioserve(name: str, workdir: Path, tree: Path, merge: bool) -> Server:
-    store = copy_model(workdir, merge)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return serve_store(name, workdir, copy_model(workdir, merge), env)
+
+
+def serve_store(name: str, workdir: Path, store: Path, env: dict[str, str]) -> Server:
+    """trioserve serving ``store``'s textgen (one worker) on free ports, from ``workdir``."""
     properties = workdir / "config.properties"
     properties.write_text(
         "inference_address=http://127.0.0.1:0\nmanagement_address=http://127.0.0.1:0\n"
@@ -106,7 +111,6 @@ def start_trioserve(name: str, workdir: Path, tree: Path, merge: bool) -> Server
         f"disable_token_authorization=true\nmodel_store={store}\n"
         "load_models=textgen=textgen\ndefault_workers_per_model=1\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, "-m", "trioserve", "start", "--foreground", "--ts-config",
                str(properties)]  # fmt: skip
     launched = launch(command, log_path=workdir / "server.log", cwd=workdir, env=env, timeout=120)

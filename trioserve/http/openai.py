@@ -140,24 +140,27 @@ def _submit(
     dataplane: Dataplane, model: ModelVersion, generation: Generation, prompt: str, answer_id: str
 ) -> Call:
     assert model.openai is not None
-    settings: dict[str, str | int | float] = dict(generation.sampling)
+    sampling: dict[str, str | int | float] = dict(generation.sampling)
     if generation.max_tokens is not None:
-        settings["max_tokens"] = generation.max_tokens
-    if generation.stop:
-        settings["stop"] = json.dumps(list(generation.stop))
+        sampling["max_tokens"] = generation.max_tokens
     if model.mlserver is not None:
+        # OIP parameters are scalars: lists travel as JSON text.
+        parameters = dict(sampling)
+        if generation.stop:
+            parameters["stop"] = json.dumps(list(generation.stop))
         if generation.kind == "chat":
-            settings["messages"] = json.dumps(list(generation.messages), ensure_ascii=False)
+            parameters["messages"] = json.dumps(list(generation.messages), ensure_ascii=False)
         tensor = Tensor.from_values(model.openai.input, "BYTES", [1], [prompt.encode()])
         return submit(
             dataplane,
             model,
             [tensor],
             request_id=answer_id,
-            parameters=settings,
+            parameters=parameters,
             stream="out",
         )
-    body: dict[str, object] = {"model": generation.model, "prompt": prompt, **settings}
+    # A TorchServe handler reads one JSON body: lists stay lists.
+    body: dict[str, object] = {"model": generation.model, "prompt": prompt, **sampling}
     if generation.stop:
         body["stop"] = list(generation.stop)
     if generation.kind == "chat":
