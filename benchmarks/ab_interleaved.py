@@ -73,9 +73,7 @@ def start(
     raise SystemExit(f"{tree} not ready; see {folder / 'server.log'}")
 
 
-def load(
-    proto: str, port: int, conc: int, secs: float, rate: float = 800
-) -> tuple[int, float]:
+def load(proto: str, port: int, conc: int, secs: float, rate: float = 800) -> tuple[int, float]:
     """One slice of load on ``port`` (HTTP: wrk for ``secs``; gRPC: h2load, about ``rate``
     x ``secs`` calls); the requests answered and the rate."""
     if proto == "http":
