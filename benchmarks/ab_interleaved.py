@@ -98,7 +98,25 @@ def port(proto: str, base: int) -> int:
     return base + (80 if proto == "http" else 70)
 
 
+def archive(batch: int) -> Path:
+    """A model store with the harness's echo handler as ``echo.mar`` (its
+    ``model-config-b<batch>.yaml``), made by this checkout's ``trioserve archive``."""
+    store = Path(tempfile.mkdtemp(prefix="bench-store-"))
+    subprocess.run(
+        [
+            *(str(ROOT / ".venv" / "bin" / "trioserve"), "archive", "--model-name", "echo"),
+            *("--version", "1.0", "--handler", str(TS_PEER / "echo_handler.py")),
+            *("--config-file", str(TS_PEER / f"model-config-b{batch}.yaml")),
+            *("--export-path", str(store), "-f"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return store
+
+
 def cpu(procs: list[psutil.Process]) -> float:
+    """CPU seconds so far of ``procs`` (user and system; a process gone counts 0)."""
     total = 0.0
     for proc in procs:
         try:
@@ -119,17 +137,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch", type=int, choices=(1, 8), default=8)
     args = parser.parse_args()
-    store = Path(tempfile.mkdtemp(prefix="ab-store-"))
-    subprocess.run(
-        [
-            *(str(ROOT / ".venv" / "bin" / "trioserve"), "archive", "--model-name", "echo"),
-            *("--version", "1.0", "--handler", str(TS_PEER / "echo_handler.py")),
-            *("--config-file", str(TS_PEER / f"model-config-b{args.batch}.yaml")),
-            *("--export-path", str(store), "-f"),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    store = archive(args.batch)
     envs = {
         "new": dict(os.environ),
         "base": dict(os.environ, PYTHONPATH=str(args.base_tree.resolve())),

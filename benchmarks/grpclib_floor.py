@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from ab_interleaved import cpu as _cpu
 
 BENCH = (Path(__file__).resolve().parent.parent / ".." / "shared" / "bench").resolve()
 PORT = 17070
@@ -198,17 +199,6 @@ def main() -> None:
 
 
 Row = tuple[str, int, float, float, float, float]
-
-
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def _load(port: int, conc: int, calls: int) -> tuple[int, float]:

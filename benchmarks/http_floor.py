@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import psutil
+from ab_interleaved import cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = (ROOT / ".." / "shared" / "bench").resolve()
@@ -100,17 +101,6 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 3
     raise SystemExit(f"nothing listens on {port} after {timeout} s")
 
 
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def _load(url: str, conc: int, secs: int) -> tuple[int, float]:
     line = subprocess.run(
         [
@@ -135,9 +125,9 @@ def _measure(
     url: str, server: list[psutil.Process], workers: list[psutil.Process], conc: int, secs: int
 ) -> tuple[float, float, float]:
     _load(url, conc, 1)  # warm-up
-    s0, w0 = _cpu(server), _cpu(workers)
+    s0, w0 = cpu(server), cpu(workers)
     n, rps = _load(url, conc, secs)
-    s1, w1 = _cpu(server), _cpu(workers)
+    s1, w1 = cpu(server), cpu(workers)
     return rps, (s1 - s0) * 1e6 / n, (w1 - w0) * 1e6 / n
 
 

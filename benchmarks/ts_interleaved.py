@@ -27,13 +27,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
 import psutil
-from ab_interleaved import ROOT, TS_PEER, load, port, start
+from ab_interleaved import archive, load, port, start
 from ts_ratio import CONFIGS, LABELS, cpu_split, speed_probe
 from ts_ratio import start as start_peer
 from ts_ratio import stop as stop_peer
@@ -45,21 +42,6 @@ TS_GRPC = 7070
 
 def _ts_port(proto: str) -> int:
     return TS_BASE + 80 if proto == "http" else TS_GRPC
-
-
-def _archive(batch: int) -> Path:
-    store = Path(tempfile.mkdtemp(prefix="tsi-store-"))
-    subprocess.run(
-        [
-            *(str(ROOT / ".venv" / "bin" / "trioserve"), "archive", "--model-name", "echo"),
-            *("--version", "1.0", "--handler", str(TS_PEER / "echo_handler.py")),
-            *("--config-file", str(TS_PEER / f"model-config-b{batch}.yaml")),
-            *("--export-path", str(store), "-f"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return store
 
 
 def _slice(
@@ -81,7 +63,7 @@ def measure(config: str, args: argparse.Namespace) -> list[str]:
     rows: list[str] = []
     try:
         extra = ("--serving-processes", str(args.serving_processes))
-        trio = start("trio", TRIO_BASE, _archive(batch), workers, dict(os.environ), extra)
+        trio = start("trio", TRIO_BASE, archive(batch), workers, dict(os.environ), extra)
         pids = {"ts": ts_pid, "trio": trio.pid}
         for proto in args.protos:
             rate = {"ts": 800.0, "trio": 800.0}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import trio
 import trio.testing
 
-from trioserve.runtime.parking import Parked
+from trioserve.runtime.parking import Parked, wait_until
 
 
 async def test_set_wakes_the_parked_task() -> None:
@@ -40,3 +42,11 @@ async def test_a_cancelled_wait_is_abandoned_and_a_later_set_does_nothing() -> N
     assert scope.cancelled_caught
     holder[0].set()  # would reschedule a task that is not parked, were it not abandoned
     await trio.lowlevel.checkpoint()  # the run goes on: nothing was rescheduled
+
+
+async def test_wait_until_says_whether_the_event_came_before_the_deadline() -> None:
+    event = trio.Event()
+    assert not await wait_until(event, trio.current_time() + 0.01)
+    event.set()
+    assert await wait_until(event, trio.current_time() + 0.01)
+    assert await wait_until(event, math.inf)

@@ -10,6 +10,7 @@ capacity, removes cancelled jobs, and fails queued jobs when the model goes away
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from trioserve.core import errors
 from trioserve.core.batching import BatchPolicy, Dispatch, Expire, QueueFull
 from trioserve.core.errors import ServeError
 from trioserve.runtime.jobs import Job, JobState
+from trioserve.runtime.parking import wait_until
 
 
 class BatchTaker(Protocol):
@@ -50,11 +52,7 @@ class DecisionLoop(abc.ABC):
             now = trio.current_time()
             self._apply(now)
             wakeup = self._next_wakeup(now)
-            if wakeup is None:
-                await self._changed.wait()  # no cancel scope per wait (it showed in profiles)
-            else:
-                with trio.move_on_at(wakeup):
-                    await self._changed.wait()
+            await wait_until(self._changed, math.inf if wakeup is None else wakeup)
             self._changed = trio.Event()
 
 

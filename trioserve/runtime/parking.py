@@ -1,4 +1,5 @@
-"""Parking one task until something happens: a ``trio.Event`` cut down to its one waiter.
+"""Waiting cheaply on the request paths: :class:`Parked` (a ``trio.Event`` cut down to its
+one waiter) and :func:`wait_until` (an event or a deadline, no cancel scope without one).
 
 The request paths wait in a few places where exactly one task ever waits and the waking
 side only needs "wake it if it is waiting": a job's adapter waiting for the next reply, an
@@ -21,9 +22,11 @@ the waiting task abandons the wait; a later :meth:`Parked.set` does nothing.
 
 from __future__ import annotations
 
+import math
+
 import trio
 
-__all__ = ["Parked"]
+__all__ = ["Parked", "wait_until"]
 
 
 class Parked:
@@ -47,3 +50,16 @@ class Parked:
     async def wait(self) -> None:
         """Wait until :meth:`set` (or the task is cancelled)."""
         await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+
+async def wait_until(event: trio.Event, deadline: float) -> bool:
+    """Wait for ``event`` until ``deadline`` (Trio's clock); whether it was set. With no
+    deadline (``math.inf``) no cancel scope is entered: the request paths' loops wait like
+    this several times per request, and entering a scope showed in their profiles."""
+    if deadline == math.inf:
+        await event.wait()
+        return True
+    with trio.move_on_at(deadline):
+        await event.wait()
+        return True
+    return False

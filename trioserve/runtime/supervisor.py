@@ -53,6 +53,7 @@ from trioserve.runtime.batcher import Batcher
 from trioserve.runtime.connection import WorkerConnection
 from trioserve.runtime.jobs import Job, JobState
 from trioserve.runtime.launcher import Launcher, WorkerProcess, describe_exit
+from trioserve.runtime.parking import wait_until
 from trioserve.runtime.sequence_batcher import SequenceBatcher
 
 log = logging.getLogger("trioserve.runtime.supervisor")
@@ -404,13 +405,7 @@ class WorkerSupervisor:
         """Wait for the next event (a batch assigned or finished, a failure, a stop request);
         False if ``deadline`` came first."""
         self._wake = trio.Event()
-        if deadline == math.inf:
-            await self._wake.wait()  # no cancel scope per wait (it showed in profiles)
-            return True
-        with trio.move_on_at(deadline):
-            await self._wake.wait()
-            return True
-        return False
+        return await wait_until(self._wake, deadline)
 
     # -- serving ---------------------------------------------------------------------
 
