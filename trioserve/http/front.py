@@ -21,7 +21,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import trio
 
@@ -70,6 +70,30 @@ then drains them): ``(front, listeners, shutdown_trigger, started)``. The front'
 FastPath = Callable[[Request], Awaitable[Answer | None]]
 """Answers a request, or returns None to hand it to the ASGI app."""
 
+
+class Begun(Protocol):
+    """A request started by a fast path's ``start``, its answer to come."""
+
+    def when_ready(self, wake: Callable[[], object]) -> None:
+        """Call ``wake()`` once, in Trio, when :meth:`poll` may have the answer."""
+
+    def poll(self) -> Answer | None:
+        """The answer, or None while it is not known yet."""
+
+    def cancel(self) -> None:
+        """The answer is no longer wanted (the client left, the connection closed)."""
+
+
+@runtime_checkable
+class StartsRequests(Protocol):
+    """A fast path that can also start some requests without a task waiting for their
+    answer (:mod:`trioserve.http.connection` writes it when it comes)."""
+
+    def start(self, request: Request) -> Answer | Begun | None:
+        """The answer at once, the started request, or None: the request is for the
+        awaited fast path (or the app)."""
+
+
 ErrorBody = Callable[[ServeError, str | None], Answer]
 """The answer to a failure, given the request's path when it is known (a protocol served on
 some paths, like the OIP's ``/v2``, answers its own error body there)."""
@@ -97,6 +121,11 @@ class Front:
     extra_headers: list[tuple[str, str]] = field(default_factory=list)  # same: CORS
     draining: bool = False
     _connections: set[FrontConnection] = field(default_factory=set)
+    _starts: StartsRequests | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.fast_path, StartsRequests):
+            self._starts = self.fast_path
 
     # -- serving --------------------------------------------------------------------------
 
@@ -210,6 +239,38 @@ class Front:
             connection, request.method, request.http_version, answer, keep_alive=keep_alive
         )
 
+    def start(self, request: Request) -> Answer | Begun | None:
+        """Start ``request`` without waiting for its answer, if the fast path can (None:
+        answer it with :meth:`dispatch`)."""
+        if self._starts is None:
+            return None
+        try:
+            return self._starts.start(request)
+        except Exception as exc:
+            log.exception("unexpected error while handling a request")
+            return self.error_body(errors.internal_error(exc), request.path)
+
+    def encode_answer(self, method: str, answer: Answer, *, keep_alive: bool) -> tuple[bytes, bool]:
+        """A whole-body answer as bytes for the wire, and whether the connection may carry
+        another request after it."""
+        assert isinstance(answer.body, bytes)
+        keep = keep_alive and not answer.close and not self.draining
+        try:
+            extra, own = self.extra_headers, answer.headers
+            headers = encode_headers(own + extra if extra else own)
+        except ValueError as exc:
+            log.error("refusing a response: %s", exc)
+            answer = self.error_body(errors.internal_error(exc), None)
+            headers, keep = encode_headers(answer.headers), False
+        if self.on_response is not None and not answer.counted:
+            self.on_response(answer.status)
+        body = answer.body
+        assert isinstance(body, bytes)
+        if no_body(answer.status, method):
+            return response_head(answer.status, headers, length=0, keep_alive=keep), keep
+        head = response_head(answer.status, headers, length=len(body), keep_alive=keep)
+        return head + body, keep
+
     async def refuse(self, connection: Connection, error: HttpError) -> None:
         """Answer a request that could not be read; the connection closes after it."""
         if error.status == 413:
@@ -229,6 +290,10 @@ class Front:
         *,
         keep_alive: bool,
     ) -> bool:
+        if isinstance(answer.body, bytes):
+            data, keep = self.encode_answer(method, answer, keep_alive=keep_alive)
+            await connection.send(data)
+            return keep
         keep = keep_alive and not answer.close and not self.draining
         try:
             extra, own = self.extra_headers, answer.headers
@@ -237,17 +302,13 @@ class Front:
             log.error("refusing a response: %s", exc)
             await _close_body(answer.body)
             answer = self.error_body(errors.internal_error(exc), None)
-            headers, keep = encode_headers(answer.headers), False
+            data, keep = self.encode_answer(method, answer, keep_alive=False)
+            await connection.send(data)
+            return keep
         if self.on_response is not None and not answer.counted:
             self.on_response(answer.status)
         status, body = answer.status, answer.body
-        if isinstance(body, bytes):
-            if no_body(status, method):
-                await connection.send(response_head(status, headers, length=0, keep_alive=keep))
-            else:
-                head = response_head(status, headers, length=len(body), keep_alive=keep)
-                await connection.send(head + body)
-            return keep
+        assert not isinstance(body, bytes)
         try:
             chunked = http_version == "1.1"
             keep = keep and chunked  # an HTTP/1.0 client reads the body until we close
