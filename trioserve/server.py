@@ -61,8 +61,9 @@ from trioserve.grpc.management import ManagementRpcs
 from trioserve.grpc.oip import SERVICE as OIP_SERVICE
 from trioserve.grpc.oip import oip_service
 from trioserve.http.cors import Cors, install_cors
+from trioserve.http.fast import fast_path
 from trioserve.http.front import FastPath, Front, FrontSettings
-from trioserve.http.inference import create_inference_app, error_for_path, fast_path
+from trioserve.http.inference import create_inference_app, error_for_path
 from trioserve.http.management import create_management_app
 from trioserve.http.metrics import create_metrics_app
 from trioserve.http.serve import serve_app

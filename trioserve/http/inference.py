@@ -18,7 +18,6 @@ from quart_trio import QuartTrio
 from trioserve import __version__
 from trioserve.auth import KeyKind, TokenStore
 from trioserve.core.errors import ServeError
-from trioserve.core.http1 import Request
 from trioserve.core.messages import Param, Reply
 from trioserve.core.request import InferenceRequest
 from trioserve.http import kserve, oip, openai
@@ -38,10 +37,6 @@ PREDICT_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 HIDDEN_HEADERS = kserve.HIDDEN_HEADERS  # credentials, the v1 marker
 # Bodies whose fields become the handler's inputs (http/forms.py, on the Quart path).
 FORMS = FORM_TYPES
-# Routes whose failures answer their protocol's JSON error and which read no forms.
-KSERVE_LIKE = oip.OIP_ENDPOINTS | kserve.V1_ENDPOINTS | openai.OPENAI_ENDPOINTS
-# Routes whose requests InferenceFastPath.start submits without a task waiting.
-TORCHSERVE_PREDICTIONS = frozenset({"predictions", "explanations"})
 
 
 def _prediction_routes(endpoint: str) -> list[Route]:
@@ -130,7 +125,7 @@ def reply_headers(
     return list(merged.values())
 
 
-def _with_sequence(answer: Answer, sequence: tuple[str, str] | None) -> Answer:
+def with_sequence(answer: Answer, sequence: tuple[str, str] | None) -> Answer:
     if sequence is not None:
         answer.headers.append(sequence)
     return answer
@@ -143,13 +138,13 @@ async def predict(dataplane: Dataplane, infer: InferenceRequest) -> Answer:
     try:
         call = dataplane.submit(infer)
     except ServeError as error:
-        sequence = _sequence(dataplane, infer.sequence_id)
-        return _counted(_with_sequence(error_answer(error, infer.request_id), sequence))
-    sequence = _sequence(dataplane, call.sequence_id)
+        sequence = sequence_header_of(dataplane, infer.sequence_id)
+        return counted(with_sequence(error_answer(error, infer.request_id), sequence))
+    sequence = sequence_header_of(dataplane, call.sequence_id)
     try:
         first, final = await call.next_reply()
     except ServeError as error:
-        return _counted(_with_sequence(error_answer(error, infer.request_id), sequence))
+        return counted(with_sequence(error_answer(error, infer.request_id), sequence))
     except BaseException:
         call.cancel()
         raise
@@ -160,17 +155,17 @@ async def predict(dataplane: Dataplane, infer: InferenceRequest) -> Answer:
     return Answer(first.status, headers, ReplyBody(first, call), close, counted=True)
 
 
-def _sequence(dataplane: Dataplane, sequence_id: str | None) -> tuple[str, str] | None:
+def sequence_header_of(dataplane: Dataplane, sequence_id: str | None) -> tuple[str, str] | None:
     """The sequence header every answer of a sequence's request carries."""
     return None if not sequence_id else (dataplane.sequence_header, sequence_id)
 
 
-def _counted(answer: Answer) -> Answer:
+def counted(answer: Answer) -> Answer:
     answer.counted = True
     return answer
 
 
-def _prediction_headers(
+def prediction_headers(
     headers: Iterable[tuple[bytes, bytes]], explain: bool, rest: str | None
 ) -> list[tuple[str, str]]:
     """Request headers for the handler (names lowercased), minus credentials, plus
@@ -184,157 +179,6 @@ def _prediction_headers(
     if rest is not None:
         forwarded.append(("url_path", rest))
     return forwarded
-
-
-def _mimetype(content_type: bytes) -> str:
-    return content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
-
-
-class Pending:
-    """A prediction submitted by :meth:`InferenceFastPath.start`, its answer not yet known:
-    :meth:`poll` gives it once the call's first reply (or its failure) is in."""
-
-    __slots__ = ("_call", "_request_id", "_sequence")
-
-    def __init__(self, call: Call, request_id: str, sequence: tuple[str, str] | None) -> None:
-        self._call = call
-        self._request_id = request_id
-        self._sequence = sequence
-
-    def when_ready(self, wake: Callable[[], object]) -> None:
-        self._call.when_ready(wake)
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-    def poll(self) -> Answer | None:
-        """The answer (streamed when the handler sends intermediate replies), or None when
-        no reply has come yet; as :func:`predict` answers."""
-        try:
-            item = self._call.poll_reply()
-        except ServeError as error:
-            answer = error_answer(error, self._request_id)
-            return _counted(_with_sequence(answer, self._sequence))
-        if item is None:
-            return None
-        first, final = item
-        headers = reply_headers(first, self._request_id, self._sequence)
-        close = first.status >= 400
-        if final:
-            return Answer(first.status, headers, bytes(first.body), close, counted=True)
-        return Answer(first.status, headers, ReplyBody(first, self._call), close, counted=True)
-
-
-class InferenceFastPath:
-    """Predictions and explanations with a raw body, answered without Quart (the front's
-    fast path): awaited whole (``await fast(request)``), or, for TorchServe's prediction
-    routes, begun without a task waiting (:meth:`start`) so that the reply is written by
-    whoever delivers it (see :mod:`trioserve.http.connection`)."""
-
-    def __init__(
-        self,
-        dataplane: Dataplane,
-        tokens: TokenStore | None = None,
-        management: ModelControl | None = None,
-    ) -> None:
-        self.dataplane = dataplane
-        self.tokens = tokens
-        self.management = management
-        self.sequence_header = dataplane.sequence_header.lower().encode("latin-1")
-
-    def _refusal(self, endpoint: str, kserve_api: bool, request: Request) -> Answer | None:
-        """The answer to a request without the key its route needs (None: it may go on)."""
-        if self.tokens is None:
-            return None
-        try:
-            ROUTES.authorize(
-                self.tokens,
-                endpoint,
-                ((n.decode("latin-1"), v.decode("latin-1")) for n, v in request.headers),
-            )
-        except ServeError as error:
-            if endpoint in openai.OPENAI_ENDPOINTS:
-                return openai.serve_error_answer(error)
-            return oip.oip_error(error) if kserve_api else error_answer(error)
-        return None
-
-    def _prediction(
-        self, request: Request, endpoint: str, variables: dict[str, str], content_type: bytes | None
-    ) -> InferenceRequest:
-        rest = variables.get("rest")
-        param = Param(
-            "body", request.body, None if content_type is None else content_type.decode("latin-1")
-        )
-        sequence_id = request.header(self.sequence_header)
-        return InferenceRequest(
-            model=variables["model_name"],
-            version=variables.get("model_version"),
-            params=[param],
-            headers=_prediction_headers(request.headers, endpoint == "explanations", rest),
-            sequence_id=sequence_id.decode("latin-1") if sequence_id else None,
-        )
-
-    def start(self, request: Request) -> Answer | Pending | None:
-        """Submit a TorchServe prediction or explanation without waiting for it: its answer
-        at once (a refusal), or the pending call. None for every other request (the
-        awaited path or the app answers those)."""
-        matched = ROUTES.match(request.method, request.path)
-        if matched is None:
-            return None
-        route, variables = matched
-        if route.endpoint not in TORCHSERVE_PREDICTIONS:
-            return None
-        content_type = request.header(b"content-type")
-        if content_type is not None and _mimetype(content_type) in FORMS:
-            return None
-        refusal = self._refusal(route.endpoint, False, request)
-        if refusal is not None:
-            return refusal
-        infer = self._prediction(request, route.endpoint, variables, content_type)
-        dataplane = self.dataplane
-        try:
-            call = dataplane.submit(infer)
-        except ServeError as error:
-            sequence = _sequence(dataplane, infer.sequence_id)
-            return _counted(_with_sequence(error_answer(error, infer.request_id), sequence))
-        return Pending(call, infer.request_id, _sequence(dataplane, call.sequence_id))
-
-    async def __call__(self, request: Request) -> Answer | None:
-        matched = ROUTES.match(request.method, request.path)
-        if matched is None:
-            return None
-        route, variables = matched
-        # KServe's protocols (v2 and v1) answer {"error"} bodies and read no forms.
-        kserve_api = route.endpoint in KSERVE_LIKE
-        content_type = request.header(b"content-type")
-        if not kserve_api and content_type is not None and _mimetype(content_type) in FORMS:
-            return None  # forms go through the Quart app
-        refusal = self._refusal(route.endpoint, kserve_api, request)
-        if refusal is not None:
-            return refusal
-        dataplane = self.dataplane
-        if route.endpoint in openai.OPENAI_ENDPOINTS:
-            return await openai.answer(dataplane, route.endpoint, request.body)
-        if route.endpoint in kserve.V1_ENDPOINTS:
-            return await kserve.answer(
-                dataplane, route.endpoint, variables, request.headers, request.body
-            )
-        if kserve_api:
-            return await oip.answer(
-                dataplane, route.endpoint, variables, request.headers, request.body, self.management
-            )
-        infer = self._prediction(request, route.endpoint, variables, content_type)
-        return await predict(dataplane, infer)
-
-
-def fast_path(
-    dataplane: Dataplane,
-    *,
-    tokens: TokenStore | None = None,
-    management: ModelControl | None = None,
-) -> InferenceFastPath:
-    """The inference port's fast path (:class:`InferenceFastPath`)."""
-    return InferenceFastPath(dataplane, tokens, management)
 
 
 def error_for_path(error: ServeError, path: str | None) -> Answer:
@@ -380,7 +224,7 @@ def create_inference_app(
                 model=model_name,
                 version=model_version,
                 params=await read_params(),
-                headers=_prediction_headers(request.scope["headers"], explain, rest),
+                headers=prediction_headers(request.scope["headers"], explain, rest),
                 sequence_id=request.headers.get(dataplane.sequence_header) or None,
             )
             return answer_response(await predict(dataplane, infer))
