@@ -33,11 +33,23 @@ def json_text(payload: Any) -> str:
     return json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
 
 
+# The no-cache headers, checked and encoded once: every inference answer carries them.
+_ENCODED: dict[tuple[str, str], tuple[bytes, bytes]] = {
+    (name, value): (name.encode("ascii"), value.encode("latin-1"))
+    for name, value in NO_CACHE_HEADERS.items()
+}
+
+
 def encode_headers(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     """Headers for the wire; a name or value that could split the head is refused."""
     out = []
-    for name, value in headers:
-        if "\r" in value or "\n" in value or "\0" in value or not name.isascii():
-            raise ValueError(f"invalid response header {name!r}")
-        out.append((name.encode("ascii"), value.encode("latin-1")))
+    known = _ENCODED.get
+    for pair in headers:
+        encoded = known(pair)
+        if encoded is None:
+            name, value = pair
+            if "\r" in value or "\n" in value or "\0" in value or not name.isascii():
+                raise ValueError(f"invalid response header {name!r}")
+            encoded = (name.encode("ascii"), value.encode("latin-1"))
+        out.append(encoded)
     return out

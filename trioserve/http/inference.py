@@ -109,11 +109,26 @@ class ReplyBody:
         self._call.cancel()
 
 
+_NO_CACHE_PAIRS = tuple(NO_CACHE_HEADERS.items())
+_REPLY_NAMES = frozenset(
+    {*(key.lower() for key in NO_CACHE_HEADERS), "content-type", "x-request-id"}
+)
+
+
 def reply_headers(
     reply: Reply, request_id: str, sequence: tuple[str, str] | None = None
 ) -> list[tuple[str, str]]:
     """No-cache headers, then the handler's (replacing any of the same name, in any case),
     then the request id and the ``sequence`` header, if the request belongs to one."""
+    if not reply.headers and (sequence is None or sequence[0].lower() not in _REPLY_NAMES):
+        # The usual answer (no handler headers): the same list, without the merge.
+        plain = list(_NO_CACHE_PAIRS)
+        if reply.content_type:
+            plain.append(("Content-Type", reply.content_type))
+        plain.append(("x-request-id", request_id))
+        if sequence is not None:
+            plain.append(sequence)
+        return plain
     merged = {key.lower(): (key, value) for key, value in NO_CACHE_HEADERS.items()}
     for key, value in reply.headers.items():
         merged[key.lower()] = (key, value)
