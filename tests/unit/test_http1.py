@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trioserve.core import http1
 from trioserve.core.http1 import (
     LAST_CHUNK,
     HttpError,
@@ -208,3 +211,69 @@ def test_response_heads() -> None:
     assert b"content-length" not in head and b"transfer-encoding" not in head
     assert chunk(b"") == b"" and chunk(b"abc") == b"3\r\nabc\r\n"
     assert no_body(204, "GET") and no_body(200, "HEAD") and not no_body(200, "GET")
+
+
+# -- the header lines: one pattern for a well-formed head, line by line otherwise -----------
+
+_FIELD_BYTES = st.sampled_from(
+    [
+        b"a",
+        b"Z",
+        b"-",
+        b"!",
+        b"~",
+        b":",
+        b" ",
+        b"\t",
+        b"\r",
+        b"\x00",
+        b"\x7f",
+        b"\x80",
+        b"\xff",
+        b"9",
+    ]
+)
+_LINES = st.lists(
+    st.lists(_FIELD_BYTES, max_size=12).map(b"".join),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _fields_or_error(read: Any, text: bytes, start: int) -> Any:
+    try:
+        return read(text, start)
+    except http1.HttpError as error:
+        return (error.status, error.message)
+
+
+@given(request_line=st.sampled_from([b"GET / HTTP/1.1", b"POST /x HTTP/1.0\r"]), lines=_LINES)
+@settings(max_examples=600)
+def test_header_lines_read_alike_by_pattern_and_line_by_line(
+    request_line: bytes, lines: list[bytes]
+) -> None:
+    text = b"\n".join([request_line, *lines])
+    start = len(request_line) + 1
+    assert _fields_or_error(http1.header_fields, text, start) == _fields_or_error(
+        http1.header_fields_checked, text, start
+    )
+
+
+@given(
+    names=st.lists(st.from_regex(rb"\A[-!#$%&'*+.^_`|~0-9A-Za-z]{1,8}\Z"), min_size=1, max_size=5),
+    values=st.lists(
+        st.from_regex(rb"\A[ \t]{0,2}[\x21-\x7e\x80-\xff]{0,6}[ \t]{0,2}\Z"), min_size=5
+    ),
+    crlf=st.booleans(),
+)
+def test_well_formed_header_lines_take_the_pattern(
+    names: list[bytes], values: list[bytes], crlf: bool
+) -> None:
+    eol = b"\r\n" if crlf else b"\n"
+    text = b"GET / HTTP/1.1" + b"".join(
+        eol + n + b":" + v for n, v in zip(names, values, strict=False)
+    )
+    start = text.find(b"\n") + 1
+    assert http1._FIELD_BLOCK.fullmatch(text, start) is not None
+    expected = [(n.lower(), v.strip(b" \t")) for n, v in zip(names, values, strict=False)]
+    assert http1.header_fields(text, start) == expected

@@ -28,6 +28,12 @@ _REQUEST_LINE: Final = re.compile(rb"([-!#$%&'*+.^_`|~0-9A-Za-z]+) ([\x21-\x7e]+
 _HEAD_END: Final = re.compile(rb"\r?\n\r?\n")
 # Field values: visible ASCII, obs-text, space and tab; no other control characters.
 _BAD_VALUE: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# A head's header lines when every one is well formed (possessive: linear on any input), and
+# each line's name and raw value. A head that does not match is read line by line, which
+# says what is wrong.
+_FIELD_LINE: Final = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]++:[^\x00-\x08\x0a-\x1f\x7f]*+"
+_FIELD_BLOCK: Final = re.compile(rb"(?:" + _FIELD_LINE + rb"\r?\n)*+" + _FIELD_LINE)
+_FIELD: Final = re.compile(rb"([-!#$%&'*+.^_`|~0-9A-Za-z]++):([^\x00-\x08\x0a-\x1f\x7f]*+)")
 _CHUNK_SIZE: Final = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?")
 
 DEFAULT_MAX_HEAD_SIZE: Final = 64 * 1024
@@ -177,10 +183,10 @@ class RequestReader:
         return self._parse_head(text)
 
     def _parse_head(self, text: bytes) -> _Head:
-        lines = text.split(b"\n")
-        if len(lines) - 1 > self.max_headers:
+        if text.count(b"\n") > self.max_headers:
             raise HttpError(431, f"the request has more than {self.max_headers} headers")
-        line = lines[0].removesuffix(b"\r")
+        line_end = text.find(b"\n")
+        line = (text if line_end < 0 else text[:line_end]).removesuffix(b"\r")
         match = _REQUEST_LINE.fullmatch(line)
         if match is None:
             raise HttpError(400, "malformed request line")
@@ -188,23 +194,15 @@ class RequestReader:
         if major != b"1" or minor not in (b"0", b"1"):
             raise HttpError(505, "only HTTP/1.0 and HTTP/1.1 are supported")
         http11 = minor == b"1"
-        headers: list[tuple[bytes, bytes]] = []
+        headers = [] if line_end < 0 else header_fields(text, line_end + 1)
         content_length = -2  # none seen
         chunked = False
         host = False
         connection: list[bytes] = []
         expect_continue = False
-        for raw in lines[1:]:
-            raw = raw.removesuffix(b"\r")
-            if raw[:1] in (b" ", b"\t"):
-                raise HttpError(400, "obsolete line folding is not accepted")
-            name, colon, value = raw.partition(b":")
-            if not colon or _TOKEN.fullmatch(name) is None:
-                raise HttpError(400, f"malformed header line {raw[:100]!r}")
-            value = value.strip(b" \t")
-            if _BAD_VALUE.search(value) is not None:
-                raise HttpError(400, f"control character in header {name.decode()!r}")
-            name = name.lower()
+        for name, value in headers:
+            if name not in _FRAMING:
+                continue
             if name == b"content-length":
                 content_length = _content_length(value, content_length)
             elif name == b"transfer-encoding":
@@ -221,7 +219,6 @@ class RequestReader:
                 if value.lower() != b"100-continue":
                     raise HttpError(417, f"unsupported expectation {value.decode('latin-1')!r}")
                 expect_continue = http11
-            headers.append((name, value))
         if chunked and content_length != -2:
             raise HttpError(400, "both Content-Length and Transfer-Encoding are present")
         if chunked and not http11:
@@ -295,7 +292,45 @@ class RequestReader:
         return True
 
 
+_FRAMING: Final = frozenset(
+    {b"content-length", b"transfer-encoding", b"host", b"connection", b"expect"}
+)
+
+
+def header_fields(text: bytes, start: int) -> list[tuple[bytes, bytes]]:
+    """The header lines of a head from ``start`` (the byte after the request line's end):
+    (name lowercased, value without surrounding blanks) each, in order. Raises
+    :class:`HttpError` for obsolete line folding, a malformed line or a control character
+    in a value."""
+    if _FIELD_BLOCK.fullmatch(text, start) is not None:
+        return [(name.lower(), value.strip(b" \t")) for name, value in _FIELD.findall(text, start)]
+    return header_fields_checked(text, start)
+
+
+def header_fields_checked(text: bytes, start: int) -> list[tuple[bytes, bytes]]:
+    """:func:`header_fields` one line at a time: the path of a head that has something wrong
+    (and the reference the one-pattern path is tested against)."""
+    fields: list[tuple[bytes, bytes]] = []
+    for raw in text[start:].split(b"\n"):
+        raw = raw.removesuffix(b"\r")
+        if raw[:1] in (b" ", b"\t"):
+            raise HttpError(400, "obsolete line folding is not accepted")
+        name, colon, value = raw.partition(b":")
+        if not colon or _TOKEN.fullmatch(name) is None:
+            raise HttpError(400, f"malformed header line {raw[:100]!r}")
+        value = value.strip(b" \t")
+        if _BAD_VALUE.search(value) is not None:
+            raise HttpError(400, f"control character in header {name.decode()!r}")
+        fields.append((name.lower(), value))
+    return fields
+
+
 def _content_length(value: bytes, seen: int) -> int:
+    if value.isdigit() and len(value) <= 18:  # the usual case: one plain number
+        length = int(value)
+        if seen not in (-2, length):
+            raise HttpError(400, "conflicting Content-Length values")
+        return length
     values = {v.strip() for v in value.split(b",")}
     if len(values) != 1:
         raise HttpError(400, "conflicting Content-Length values")
@@ -338,7 +373,9 @@ def _origin_form(target: str) -> str:
 CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 LAST_CHUNK: Final = b"0\r\n\r\n"
 
-_REASONS: Final = {s.value: s.phrase for s in HTTPStatus}
+_STATUS_LINES: Final = {
+    s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode("ascii")) for s in HTTPStatus
+}
 _date_cache: tuple[int, bytes] = (0, b"")
 
 
@@ -368,10 +405,11 @@ def response_head(
 
     ``headers`` must not carry ``Content-Length``, ``Transfer-Encoding`` or ``Connection``:
     framing is decided here."""
-    reason = _REASONS.get(status, "")
-    parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason.encode("ascii"))]
-    for name, value in headers:
-        parts.append(b"%s: %s\r\n" % (name, value))
+    status_line = _STATUS_LINES.get(status)
+    if status_line is None:
+        status_line = b"HTTP/1.1 %d \r\n" % status
+    parts = [status_line]
+    parts += [b"%s: %s\r\n" % pair for pair in headers]
     if length is None:
         parts.append(b"transfer-encoding: chunked\r\n")
     elif length >= 0:
