@@ -696,10 +696,10 @@ def test_oip_inference_operations() -> None:
         assert media_schema(body, "application/octet-stream") == binary
         responses = op["responses"]
         if path.endswith("_stream"):
-            assert set(responses) == {"200", "400", "401", "404", "500", "503"}, path
+            assert set(responses) == {"200", "400", "401", "404", "413", "500", "503"}, path
             assert set(responses["200"]["content"]) == {"text/event-stream"}
         else:
-            assert set(responses) == {"200", "400", "401", "404", "500", "503", "504", "507"}
+            assert set(responses) == {"200", "400", "401", "404", "413", "500", "503", "504", "507"}
             ok = responses["200"]
             assert media_schema(ok) == {"$ref": "#/components/schemas/InferenceResponse"}
             assert media_schema(ok, "application/octet-stream") == binary
