@@ -21,11 +21,10 @@ from trioserve.http.errors import error_answer
 from trioserve.http.inference import (
     FORMS,
     ROUTES,
-    ReplyBody,
     counted,
+    first_answer,
     predict,
     prediction_headers,
-    reply_headers,
     sequence_header_of,
     with_sequence,
 )
@@ -70,11 +69,7 @@ class Pending:
         if item is None:
             return None
         first, final = item
-        headers = reply_headers(first, self._request_id, self._sequence)
-        close = first.status >= 400
-        if final:
-            return Answer(first.status, headers, bytes(first.body), close, counted=True)
-        return Answer(first.status, headers, ReplyBody(first, self._call), close, counted=True)
+        return first_answer(first, final, self._call, self._request_id, self._sequence)
 
 
 class InferenceFastPath:

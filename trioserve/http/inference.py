@@ -163,7 +163,15 @@ async def predict(dataplane: Dataplane, infer: InferenceRequest) -> Answer:
     except BaseException:
         call.cancel()
         raise
-    headers = reply_headers(first, infer.request_id, sequence)
+    return first_answer(first, final, call, infer.request_id, sequence)
+
+
+def first_answer(
+    first: Reply, final: bool, call: Call, request_id: str, sequence: tuple[str, str] | None
+) -> Answer:
+    """The answer a call's first reply starts: whole when it is the final one, else a
+    stream of the replies to come. Marked ``counted`` (the dataplane recorded its class)."""
+    headers = reply_headers(first, request_id, sequence)
     close = first.status >= 400
     if final:
         return Answer(first.status, headers, bytes(first.body), close, counted=True)
