@@ -10,32 +10,18 @@ not start takes the awaited path."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import trio
 
-from trioserve.config import Address
-from trioserve.core.errors import ServeError
 from trioserve.core.http1 import Request
 from trioserve.http.bodies import Answer
-from trioserve.http.errors import protocol_error_answer
-from trioserve.http.front import Front, FrontSettings
 
-from .fakes import lifespan
+from .fronts import read_all, serve_front
 
 
 def post(path: str, body: bytes, *extra: bytes) -> bytes:
     head = b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n" % (path.encode(), len(body))
     return head + b"".join(extra) + b"\r\n" + body
-
-
-async def _lifespan_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    assert scope["type"] == "lifespan"
-    await lifespan(receive, send)
-
-
-def _error_body(error: ServeError, path: str | None) -> Answer:
-    return protocol_error_answer(500, error.message)
 
 
 class Started:
@@ -45,12 +31,15 @@ class Started:
         self.request = request
         self.answer: Answer | None = None
         self.cancelled = False
+        self.broken: Exception | None = None  # poll() raises it
         self._wake: Callable[[], object] | None = None
 
     def when_ready(self, wake: Callable[[], object]) -> None:
         self._wake = wake
 
     def poll(self) -> Answer | None:
+        if self.broken is not None:
+            raise self.broken
         return self.answer
 
     def cancel(self) -> None:
@@ -58,6 +47,13 @@ class Started:
 
     def give(self, answer: Answer) -> None:
         self.answer = answer
+        self._tell()
+
+    def break_with(self, error: Exception) -> None:
+        self.broken = error
+        self._tell()
+
+    def _tell(self) -> None:
         wake, self._wake = self._wake, None
         assert wake is not None, "nobody waits for the answer"
         wake()
@@ -87,22 +83,10 @@ class FakeFastPath:
         return Answer(200, [], b"awaited:" + request.body)
 
     async def next_started(self) -> Started:
-        while not self.started or all(s.answer or s.cancelled for s in self.started):
+        while not self.started or all(s.answer or s.cancelled or s.broken for s in self.started):
             self.arrived = trio.Event()
             await self.arrived.wait()
-        return next(s for s in self.started if not (s.answer or s.cancelled))
-
-
-async def _serving(
-    nursery: trio.Nursery, shutdown: trio.Event, fast: FakeFastPath, **settings: float
-) -> tuple[Front, int]:
-    front = Front(_lifespan_only, fast, FrontSettings(1 << 20, **settings), _error_body)
-    bound = await nursery.start(
-        lambda task_status: front.serve(
-            Address("http", "127.0.0.1", 0), shutdown_trigger=shutdown.wait, task_status=task_status
-        )
-    )
-    return front, int(bound[0].rsplit(":", 1)[1])
+        return next(s for s in self.started if not (s.answer or s.cancelled or s.broken))
 
 
 async def _read_answers(stream: trio.SocketStream, count: int) -> list[bytes]:
@@ -125,17 +109,10 @@ async def _read_answers(stream: trio.SocketStream, count: int) -> list[bytes]:
     return answers
 
 
-async def _read_all(stream: trio.SocketStream) -> bytes:
-    data = b""
-    while chunk := await stream.receive_some(65536):
-        data += chunk
-    return data
-
-
 async def test_a_started_request_is_answered_by_whoever_delivers_it() -> None:
     fast, shutdown = FakeFastPath(), trio.Event()
     async with trio.open_nursery() as nursery:
-        _front, port = await _serving(nursery, shutdown, fast)
+        _front, port = await serve_front(nursery, shutdown, fast)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(5):
             for round_ in range(3):
@@ -159,7 +136,7 @@ async def test_a_started_request_is_answered_by_whoever_delivers_it() -> None:
 async def test_pipelined_requests_are_answered_in_order() -> None:
     fast, shutdown = FakeFastPath(), trio.Event()
     async with trio.open_nursery() as nursery:
-        _front, port = await _serving(nursery, shutdown, fast)
+        _front, port = await serve_front(nursery, shutdown, fast)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(5):
             await stream.send_all(
@@ -182,7 +159,7 @@ async def test_pipelined_requests_are_answered_in_order() -> None:
 async def test_a_client_that_leaves_cancels_what_it_started() -> None:
     fast, shutdown = FakeFastPath(), trio.Event()
     async with trio.open_nursery() as nursery:
-        front, port = await _serving(nursery, shutdown, fast)
+        front, port = await serve_front(nursery, shutdown, fast)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x"))
@@ -198,7 +175,7 @@ async def test_a_client_that_leaves_cancels_what_it_started() -> None:
 async def test_a_drain_waits_for_a_started_answer_then_closes() -> None:
     fast, shutdown = FakeFastPath(), trio.Event()
     async with trio.open_nursery() as nursery:
-        _front, port = await _serving(nursery, shutdown, fast, graceful_timeout=10)
+        _front, port = await serve_front(nursery, shutdown, fast, graceful_timeout=10)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x"))
@@ -207,7 +184,7 @@ async def test_a_drain_waits_for_a_started_answer_then_closes() -> None:
             await trio.sleep(0.1)
             assert not started.cancelled
             started.give(Answer(200, [], b"late"))
-            data = await _read_all(stream)  # the answer, then the end
+            data = await read_all(stream)  # the answer, then the end
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"late")
         assert b"connection: close" in data.lower()
         await stream.aclose()
@@ -216,7 +193,7 @@ async def test_a_drain_waits_for_a_started_answer_then_closes() -> None:
 async def test_idle_after_a_started_request_closes_quietly() -> None:
     fast, shutdown = FakeFastPath(), trio.Event()
     async with trio.open_nursery() as nursery:
-        _front, port = await _serving(nursery, shutdown, fast, keep_alive_timeout=0.3)
+        _front, port = await serve_front(nursery, shutdown, fast, keep_alive_timeout=0.3)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x"))
@@ -224,7 +201,7 @@ async def test_idle_after_a_started_request_closes_quietly() -> None:
             await trio.sleep(0.5)  # longer than the keep-alive timeout: not idle, not cut
             started.give(Answer(200, [], b"slow"))
             began = trio.current_time()
-            data = await _read_all(stream)  # the answer, then EOF once idle too long
+            data = await read_all(stream)  # the answer, then EOF once idle too long
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"slow")
         assert b"408" not in data
         assert 0.2 <= trio.current_time() - began < 2.0
@@ -241,7 +218,7 @@ async def test_a_streamed_answer_is_finished_by_the_connection() -> None:
             yield piece
 
     async with trio.open_nursery() as nursery:
-        _front, port = await _serving(nursery, shutdown, fast)
+        _front, port = await serve_front(nursery, shutdown, fast)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x") + post("/now", b"next"))
@@ -264,7 +241,7 @@ async def test_an_answer_bigger_than_the_socket_takes_arrives_whole() -> None:
     fast, shutdown = FakeFastPath(), trio.Event()
     body = bytes(range(256)) * (32 << 10)  # 8 MiB
     async with trio.open_nursery() as nursery:
-        _front, port = await _serving(nursery, shutdown, fast)
+        _front, port = await serve_front(nursery, shutdown, fast)
         stream = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(10):
             await stream.send_all(post("/start", b"x") + post("/now", b"after"))
@@ -273,5 +250,25 @@ async def test_an_answer_bigger_than_the_socket_takes_arrives_whole() -> None:
             big, after = await _read_answers(stream, 2)
         assert big.endswith(body)
         assert after.endswith(b"now:after")
+        await stream.aclose()
+        shutdown.set()
+
+
+async def test_an_answer_that_fails_to_build_is_a_500_and_the_connection_closes() -> None:
+    """poll() raising runs in the task that delivered the reply: that task goes on, and the
+    client gets a 500 naming the error, then the end of the connection."""
+    fast, shutdown = FakeFastPath(), trio.Event()
+    async with trio.open_nursery() as nursery:
+        _front, port = await serve_front(nursery, shutdown, fast)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        with trio.fail_after(5):
+            await stream.send_all(post("/start", b"x"))
+            started = await fast.next_started()
+            started.break_with(RuntimeError("the answer could not be built"))
+            data = await read_all(stream)
+        assert data.startswith(b"HTTP/1.1 500")
+        assert b"the answer could not be built" in data
+        assert b"connection: close" in data.lower()
+        assert started.cancelled
         await stream.aclose()
         shutdown.set()

@@ -7,47 +7,22 @@ from typing import Any
 
 import trio
 
-from trioserve.config import Address
-from trioserve.core.errors import ServeError
 from trioserve.http.bodies import Answer
-from trioserve.http.errors import protocol_error_answer
-from trioserve.http.front import Front, FrontSettings
+from trioserve.http.front import Front
 
-from .fakes import lifespan
+from .fronts import read_all, serve_front
 
 REQUEST = b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi"
-
-
-async def _lifespan_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    assert scope["type"] == "lifespan"
-    await lifespan(receive, send)
 
 
 async def _echo(request: Any) -> Answer:
     return Answer(200, [("content-type", "text/plain")], request.body)
 
 
-def _error_body(error: ServeError, path: str | None) -> Answer:
-    return protocol_error_answer(500, error.message)
-
-
-async def _read_all(stream: trio.SocketStream) -> bytes:
-    data = b""
-    while chunk := await stream.receive_some(65536):
-        data += chunk
-    return data
-
-
 async def _serving(
     nursery: trio.Nursery, shutdown: trio.Event, **settings: float
 ) -> tuple[Front, int]:
-    front = Front(_lifespan_only, _echo, FrontSettings(1 << 20, **settings), _error_body)
-    bound = await nursery.start(
-        lambda task_status: front.serve(
-            Address("http", "127.0.0.1", 0), shutdown_trigger=shutdown.wait, task_status=task_status
-        )
-    )
-    return front, int(bound[0].rsplit(":", 1)[1])
+    return await serve_front(nursery, shutdown, _echo, **settings)
 
 
 async def test_an_idle_keep_alive_connection_is_closed_after_its_timeout() -> None:
@@ -58,7 +33,7 @@ async def test_an_idle_keep_alive_connection_is_closed_after_its_timeout() -> No
         await stream.send_all(REQUEST)
         started = trio.current_time()
         with trio.fail_after(5):
-            data = await _read_all(stream)  # the answer, then EOF once idle too long
+            data = await read_all(stream)  # the answer, then EOF once idle too long
         waited = trio.current_time() - started
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"hi")
         assert 0.25 <= waited < 2.0
@@ -74,7 +49,7 @@ async def test_a_request_that_does_not_arrive_in_time_is_408() -> None:
         await stream.send_all(b"POST /x HTTP/1.1\r\nHost: t\r\n")  # the head never ends
         started = trio.current_time()
         with trio.fail_after(5):
-            data = await _read_all(stream)
+            data = await read_all(stream)
         assert data.startswith(b"HTTP/1.1 408")
         assert 0.25 <= trio.current_time() - started < 2.0
         # a connection that keeps its requests coming is not cut
@@ -100,7 +75,7 @@ async def test_shutdown_does_not_wait_for_the_timer_or_the_grace_period() -> Non
             await stream.send_all(REQUEST)
             assert (await stream.receive_some(65536)).startswith(b"HTTP/1.1 200")
             shutdown.set()  # the idle connection closes at once, and serve() returns
-        assert await _read_all(stream) == b""
+        assert await read_all(stream) == b""
         await stream.aclose()
 
 
@@ -120,7 +95,7 @@ async def test_a_refused_upload_gets_its_answer_not_a_reset() -> None:
             await stream.send_all(head + b"x" * (8 << 20))
 
         async def read() -> None:
-            received.append(await _read_all(stream))
+            received.append(await read_all(stream))
 
         with trio.fail_after(10):
             async with trio.open_nursery() as client:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from trioserve.core import errors
 from trioserve.core.http1 import CONTINUE, HttpError, Request, RequestReader
 from trioserve.http.bodies import Answer
 from trioserve.runtime.parking import Parked
@@ -204,11 +205,15 @@ class FrontConnection:
                 return
             self._begun = None
             self._finish(request, answer)
-        except Exception:
+        except Exception as exc:
+            # Raised in the task that delivered the reply (a worker's frame reader), which
+            # must not fail for one answer: the client gets a 500 that says so, written by
+            # the answering task, and the connection closes after it.
             log.exception("unexpected error while answering a request")
-            self._closing = True
             self._abandon()
-            self.wake()
+            failure = self.front.error_body(errors.internal_error(exc), request.path)
+            failure.close = True
+            self._hand_over(request, failure, False)
 
     def _finish(self, request: Request, answer: Answer) -> None:
         """Write the started request's answer now if it is whole and the socket takes it,

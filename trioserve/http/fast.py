@@ -26,6 +26,7 @@ from trioserve.http.inference import (
     predict,
     prediction_headers,
     sequence_header_of,
+    submit,
     with_sequence,
 )
 from trioserve.runtime.dataplane import Call, Dataplane
@@ -121,56 +122,59 @@ class InferenceFastPath:
             sequence_id=sequence_id.decode("latin-1") if sequence_id else None,
         )
 
+    def _admit(
+        self, request: Request, endpoints: frozenset[str] | None = None
+    ) -> tuple[str, dict[str, str], bytes | None] | Answer | None:
+        """The endpoint, variables and content type of a request the fast path answers; the
+        refusal of one without the key its route needs; None for a request that is not the
+        fast path's (an unknown route, a form, an endpoint not in ``endpoints``)."""
+        matched = ROUTES.match(request.method, request.path)
+        if matched is None:
+            return None
+        route, variables = matched
+        endpoint = route.endpoint
+        if endpoints is not None and endpoint not in endpoints:
+            return None
+        # KServe's protocols (v2 and v1) answer {"error"} bodies and read no forms.
+        kserve_api = endpoint in KSERVE_LIKE
+        content_type = request.header(b"content-type")
+        if not kserve_api and content_type is not None and _mimetype(content_type) in FORMS:
+            return None  # forms go through the Quart app
+        refusal = self._refusal(endpoint, kserve_api, request)
+        return refusal if refusal is not None else (endpoint, variables, content_type)
+
     def start(self, request: Request) -> Answer | Pending | None:
         """Submit a TorchServe prediction or explanation without waiting for it: its answer
         at once (a refusal), or the pending call. None for every other request (the
         awaited path or the app answers those)."""
-        matched = ROUTES.match(request.method, request.path)
-        if matched is None:
-            return None
-        route, variables = matched
-        if route.endpoint not in TORCHSERVE_PREDICTIONS:
-            return None
-        content_type = request.header(b"content-type")
-        if content_type is not None and _mimetype(content_type) in FORMS:
-            return None
-        refusal = self._refusal(route.endpoint, False, request)
-        if refusal is not None:
-            return refusal
-        infer = self._prediction(request, route.endpoint, variables, content_type)
-        dataplane = self.dataplane
-        try:
-            call = dataplane.submit(infer)
-        except ServeError as error:
-            sequence = sequence_header_of(dataplane, infer.sequence_id)
-            return counted(with_sequence(error_answer(error, infer.request_id), sequence))
-        return Pending(call, infer.request_id, sequence_header_of(dataplane, call.sequence_id))
+        admitted = self._admit(request, TORCHSERVE_PREDICTIONS)
+        if admitted is None or isinstance(admitted, Answer):
+            return admitted
+        endpoint, variables, content_type = admitted
+        infer = self._prediction(request, endpoint, variables, content_type)
+        call = submit(self.dataplane, infer)
+        if isinstance(call, Answer):
+            return call
+        sequence = sequence_header_of(self.dataplane, call.sequence_id)
+        return Pending(call, infer.request_id, sequence)
 
     async def __call__(self, request: Request) -> Answer | None:
-        matched = ROUTES.match(request.method, request.path)
-        if matched is None:
-            return None
-        route, variables = matched
-        # KServe's protocols (v2 and v1) answer {"error"} bodies and read no forms.
-        kserve_api = route.endpoint in KSERVE_LIKE
-        content_type = request.header(b"content-type")
-        if not kserve_api and content_type is not None and _mimetype(content_type) in FORMS:
-            return None  # forms go through the Quart app
-        refusal = self._refusal(route.endpoint, kserve_api, request)
-        if refusal is not None:
-            return refusal
+        admitted = self._admit(request)
+        if admitted is None or isinstance(admitted, Answer):
+            return admitted
+        endpoint, variables, content_type = admitted
         dataplane = self.dataplane
-        if route.endpoint in openai.OPENAI_ENDPOINTS:
-            return await openai.answer(dataplane, route.endpoint, request.body)
-        if route.endpoint in kserve.V1_ENDPOINTS:
+        if endpoint in openai.OPENAI_ENDPOINTS:
+            return await openai.answer(dataplane, endpoint, request.body)
+        if endpoint in kserve.V1_ENDPOINTS:
             return await kserve.answer(
-                dataplane, route.endpoint, variables, request.headers, request.body
+                dataplane, endpoint, variables, request.headers, request.body
             )
-        if kserve_api:
+        if endpoint in oip.OIP_ENDPOINTS:
             return await oip.answer(
-                dataplane, route.endpoint, variables, request.headers, request.body, self.management
+                dataplane, endpoint, variables, request.headers, request.body, self.management
             )
-        infer = self._prediction(request, route.endpoint, variables, content_type)
+        infer = self._prediction(request, endpoint, variables, content_type)
         return await predict(dataplane, infer)
 
 

@@ -121,7 +121,7 @@ class Front:
     extra_headers: list[tuple[str, str]] = field(default_factory=list)  # same: CORS
     draining: bool = False
     _connections: set[FrontConnection] = field(default_factory=set)
-    _starts: StartsRequests | None = None
+    _starts: StartsRequests | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.fast_path, StartsRequests):
@@ -256,20 +256,32 @@ class Front:
         assert isinstance(answer.body, bytes)
         keep = keep_alive and not answer.close and not self.draining
         try:
-            extra, own = self.extra_headers, answer.headers
-            headers = encode_headers(own + extra if extra else own)
+            headers = self._wire_headers(answer)
         except ValueError as exc:
-            log.error("refusing a response: %s", exc)
-            answer = self.error_body(errors.internal_error(exc), None)
+            answer = self._refused(exc)
             headers, keep = encode_headers(answer.headers), False
-        if self.on_response is not None and not answer.counted:
-            self.on_response(answer.status)
+        self._count(answer)
         body = answer.body
         assert isinstance(body, bytes)
         if no_body(answer.status, method):
             return response_head(answer.status, headers, length=0, keep_alive=keep), keep
         head = response_head(answer.status, headers, length=len(body), keep_alive=keep)
         return head + body, keep
+
+    def _wire_headers(self, answer: Answer) -> list[tuple[bytes, bytes]]:
+        """The answer's headers and the front's own (CORS) for the wire; ValueError for a
+        header that could split the head."""
+        extra, own = self.extra_headers, answer.headers
+        return encode_headers(own + extra if extra else own)
+
+    def _refused(self, exc: ValueError) -> Answer:
+        """The 500 that replaces an answer whose headers cannot be sent."""
+        log.error("refusing a response: %s", exc)
+        return self.error_body(errors.internal_error(exc), None)
+
+    def _count(self, answer: Answer) -> None:
+        if self.on_response is not None and not answer.counted:
+            self.on_response(answer.status)
 
     async def refuse(self, connection: Connection, error: HttpError) -> None:
         """Answer a request that could not be read; the connection closes after it."""
@@ -296,17 +308,13 @@ class Front:
             return keep
         keep = keep_alive and not answer.close and not self.draining
         try:
-            extra, own = self.extra_headers, answer.headers
-            headers = encode_headers(own + extra if extra else own)
+            headers = self._wire_headers(answer)
         except ValueError as exc:
-            log.error("refusing a response: %s", exc)
             await _close_body(answer.body)
-            answer = self.error_body(errors.internal_error(exc), None)
-            data, keep = self.encode_answer(method, answer, keep_alive=False)
+            data, keep = self.encode_answer(method, self._refused(exc), keep_alive=False)
             await connection.send(data)
             return keep
-        if self.on_response is not None and not answer.counted:
-            self.on_response(answer.status)
+        self._count(answer)
         status, body = answer.status, answer.body
         assert not isinstance(body, bytes)
         try:

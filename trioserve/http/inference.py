@@ -146,15 +146,22 @@ def with_sequence(answer: Answer, sequence: tuple[str, str] | None) -> Answer:
     return answer
 
 
+def submit(dataplane: Dataplane, infer: InferenceRequest) -> Call | Answer:
+    """Admit the request: its call, or the (counted) answer to its refusal."""
+    try:
+        return dataplane.submit(infer)
+    except ServeError as error:
+        sequence = sequence_header_of(dataplane, infer.sequence_id)
+        return counted(with_sequence(error_answer(error, infer.request_id), sequence))
+
+
 async def predict(dataplane: Dataplane, infer: InferenceRequest) -> Answer:
     """Submit the request and turn the call's replies into an answer (streamed if needed).
 
     The answer is marked ``counted``: the dataplane has recorded its response class."""
-    try:
-        call = dataplane.submit(infer)
-    except ServeError as error:
-        sequence = sequence_header_of(dataplane, infer.sequence_id)
-        return counted(with_sequence(error_answer(error, infer.request_id), sequence))
+    call = submit(dataplane, infer)
+    if isinstance(call, Answer):
+        return call
     sequence = sequence_header_of(dataplane, call.sequence_id)
     try:
         first, final = await call.next_reply()
