@@ -100,7 +100,7 @@ class Batcher(DecisionLoop):
         except QueueFull:
             raise full_error() from None
         job.queued_in(self.remove)
-        self._changed.set()
+        self._apply_now(now)
 
     def remove(self, job: Job) -> None:
         self._policy.cancel(job)
@@ -115,7 +115,8 @@ class Batcher(DecisionLoop):
 
     def worker_idle(self, worker: BatchTaker) -> None:
         self._policy.worker_idle(worker)
-        self._wake_if_work()
+        if self._policy.has_work:
+            self._apply_now(trio.current_time())
 
     def worker_prefetch(self, worker: BatchTaker) -> None:
         """The busy ``worker`` will take a full batch behind the one it runs."""
@@ -150,6 +151,15 @@ class Batcher(DecisionLoop):
     def _wake_if_work(self) -> None:
         # With nothing queued, a worker's offer changes no decision: the task sleeps on
         # (one scheduler pass saved per offer; at one request at a time, two per request).
+        if self._policy.has_work:
+            self._changed.set()
+
+    def _apply_now(self, now: float) -> None:
+        """After a job or an idle worker came: what is due goes out from the caller's task,
+        before this returns (a lone request reaches an idle worker without waiting for the
+        batcher's task to run); the task is woken only when something stays queued, to
+        sleep until that is due instead."""
+        self._apply(now)
         if self._policy.has_work:
             self._changed.set()
 

@@ -18,7 +18,7 @@ from collections import deque
 import trio
 
 from trioserve.core.frames import Frame, FrameDecoder
-from trioserve.sockio import send_eagerly
+from trioserve.sockio import send_eagerly, write_nowait
 
 _READ_SIZE = 1 << 16
 # Reads that found data at once, in a row, before the receiver lets other tasks run.
@@ -38,6 +38,29 @@ class WorkerConnection:
         self._ready: deque[Frame] = deque()
         self._send_lock = trio.Lock()
         self._eager_reads = 0
+        # What send_nowait wrote only in part: it goes out before any other frame.
+        self._unsent: memoryview | None = None
+
+    @property
+    def unsent(self) -> bool:
+        """Whether a frame from :meth:`send_nowait` is still partly unwritten: a task must
+        :meth:`flush` it (every :meth:`send` does first)."""
+        return self._unsent is not None
+
+    def send_nowait(self, data: bytes | bytearray) -> bool:
+        """Write ``data`` without waiting, from any task: False (nothing written) when that
+        cannot start now (not a socket, another task is sending, a frame is still partly
+        unwritten). When the socket takes only part, the rest waits in :attr:`unsent`."""
+        if self._socket_stream is None or self._unsent is not None or self._send_lock.locked():
+            return False
+        sent = write_nowait(self._fileno(), data, "sending to the worker")
+        if sent < len(data):
+            self._unsent = memoryview(data)[sent:]
+        return True
+
+    async def flush(self) -> None:
+        """Write the rest of a frame :meth:`send_nowait` wrote in part (nothing if none)."""
+        await self.send(b"")
 
     async def send(self, data: bytes | bytearray) -> None:
         lock = self._send_lock
@@ -51,12 +74,22 @@ class WorkerConnection:
         except trio.WouldBlock:
             # Another task is sending: wait for it, frames never interleave.
             async with lock:
-                await self._stream.send_all(data)
+                await self._send_unsent(socket_stream)
+                if data:
+                    await self._stream.send_all(data)
             return
         try:
-            await send_eagerly(socket_stream, self._fileno(), data, "sending to the worker")
+            await self._send_unsent(socket_stream)
+            if data:
+                await send_eagerly(socket_stream, self._fileno(), data, "sending to the worker")
         finally:
             lock.release()
+
+    async def _send_unsent(self, socket_stream: trio.SocketStream) -> None:
+        unsent = self._unsent
+        if unsent is not None:
+            await socket_stream.send_all(unsent)
+            self._unsent = None
 
     async def receive(self) -> Frame | None:
         """The next frame, or None when the worker closed the connection.

@@ -172,6 +172,10 @@ class WorkerSupervisor:
         self._wake_backoff = trio.CancelScope()
         self._scope = trio.CancelScope()
         self._offered = False  # an offer to take a full batch behind the running one stands
+        # While the serving task waits with the worker idle: its connection, for the batcher
+        # and the frame reader to run the worker's batches directly (see _wait_idle).
+        self._direct: WorkerConnection | None = None
+        self._idle_scope: trio.CancelScope | None = None
 
     # -- observation -----------------------------------------------------------------
 
@@ -381,7 +385,78 @@ class WorkerSupervisor:
         """The batcher hands this worker a batch (it said it was idle, or offered to take a
         full batch behind the running one)."""
         self._inbox = batch
-        self._wake.set()
+        conn = self._direct
+        if conn is None or not self._may_send_now() or not self._send_now(conn, batch):
+            self._wake.set()
+
+    def _may_send_now(self) -> bool:
+        """Whether a batch may go out from the calling task: the serving task waits idle and
+        nothing has happened that it must see first."""
+        return (
+            self._failure is None
+            and not self._stop_requested
+            and not self._inflight
+            and not self._wake.is_set()
+        )
+
+    def _send_now(self, conn: WorkerConnection, assigned: list[Job]) -> bool:
+        """Send ``assigned`` from the calling task (the batcher's caller, or the frame reader
+        as a batch ends) while the serving task waits idle, so that a batch costs it no
+        wake-up. False when the serving task must send it after all: nothing of the batch
+        is wanted any more, the connection cannot take a frame without waiting, or the
+        frame could not be built (the serving task then fails the same way, as a failure of
+        the worker)."""
+        batch = [job for job in assigned if job.state is JobState.QUEUED]
+        if not batch:
+            return False
+        batch_id = self._inflight.send(batch)
+        try:
+            sent = conn.send_nowait(self.settings.frame_builder(batch_id, batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            # The jobs wait in the queue for the restarted worker.
+            self._inbox = None
+            self._batcher.requeue(self, self._inflight.unsend(batch_id))
+            self._report(WorkerFailure(errors.worker_died(), detail=f"sending failed: {exc}"))
+            return True
+        except Exception:
+            sent = False
+        if not sent:
+            self._inflight.unsend(batch_id)
+            return False
+        self._inbox = None
+        self._offered = False
+        self._set_state(WorkerState.BUSY)
+        for job in batch:
+            if job.request.streamed:
+                job.stream_to(self._control_send.send_nowait, partial(self._ack, job))
+        running = self._inflight.running
+        scope = self._idle_scope
+        if scope is not None and running is not None:
+            scope.deadline = running.started + self.settings.response_timeout
+        if conn.unsent:
+            self._wake.set()  # the serving task writes the rest of the frame
+        elif self._may_offer():
+            # As the serving task does once a batch runs: a full batch may go behind it
+            # (the batcher's task dispatches it; assigned behind, the serving task sends it).
+            self._offered = True
+            self._batcher.worker_prefetch(self)
+        return True
+
+    def _idle_after_batch(self) -> bool:
+        """The frame reader saw a batch sent by :meth:`_send_now` end: report the worker
+        idle from here (the next batch may go out at once), as the serving task would.
+        False when the serving task must see the end itself."""
+        if self._direct is None or not self._may_send_now() or self._inflight.has_continuing:
+            return False
+        if self._inbox is not None:
+            return False
+        scope = self._idle_scope
+        if scope is not None:
+            scope.deadline = math.inf
+        self._offered = False  # reporting idle withdraws the offer
+        self._set_state(WorkerState.READY)
+        self._batcher.worker_idle(self)
+        return True
 
     def _return_unclaimed(self) -> None:
         """A batch assigned but never sent goes back to the batcher's queue."""
@@ -425,6 +500,8 @@ class WorkerSupervisor:
         while True:
             if self._failure is not None:
                 raise self._failure
+            if conn.unsent:
+                await conn.flush()
             if self._inbox is not None:
                 # Assigned while idle, behind the running batch, or just as it finished.
                 await self._send_assigned(conn)
@@ -438,8 +515,7 @@ class WorkerSupervisor:
                 self._offered = False  # reporting idle withdraws the offer
                 self._set_state(WorkerState.READY)
                 self._batcher.worker_idle(self)
-                while self._inbox is None and self._failure is None and not self._stop_requested:
-                    await self._sleep()
+                await self._wait_idle(conn)
                 continue
             running = self._inflight.running
             assert running is not None
@@ -455,6 +531,28 @@ class WorkerSupervisor:
                     ),
                     detail=f"a batch exceeded response_timeout ({timeout:g} s)",
                 )
+
+    async def _wait_idle(self, conn: WorkerConnection) -> None:
+        """Wait, the worker idle, for the next thing only this task can do.
+
+        Meanwhile the batcher's caller sends each batch assigned to the worker
+        (:meth:`_send_now`) and the frame reader reports the worker idle again when it ends
+        (:meth:`_idle_after_batch`), so at one request at a time a batch wakes no task of
+        this supervisor but the frame reader. Such a batch sets this wait's deadline to its
+        ``response_timeout``; this task wakes at that deadline, or when a batch cannot go out
+        that way, a failure is reported, a stop is requested or the model runs continuous
+        batches (whose steps this task sends)."""
+        if self._inbox is not None or self._failure is not None or self._stop_requested:
+            return
+        self._wake = trio.Event()
+        self._direct = None if self.settings.continuous else conn
+        try:
+            with trio.CancelScope() as scope:
+                self._idle_scope = scope
+                await self._wake.wait()
+        finally:
+            self._direct = None
+            self._idle_scope = None
 
     def _may_offer(self) -> bool:
         """Whether to offer the batcher to take a full batch behind the running one."""
@@ -530,7 +628,7 @@ class WorkerSupervisor:
                     self._report(WorkerFailure(error, detail=f"{idle}{error.message}"))
                     return
                 if frame.kind is Kind.RESPONSE:
-                    if self._inflight.reply(decode_reply(frame)):
+                    if self._inflight.reply(decode_reply(frame)) and not self._idle_after_batch():
                         self._wake.set()  # a batch ended
                     if self._may_offer():
                         # The running batch just ended and the one behind it runs now: a
