@@ -404,8 +404,8 @@ class WorkerSupervisor:
         as a batch ends) while the serving task waits idle, so that a batch costs it no
         wake-up. False when the serving task must send it after all: nothing of the batch
         is wanted any more, the connection cannot take a frame without waiting, or the
-        frame could not be built (the serving task then fails the same way, as a failure of
-        the worker)."""
+        frame could not be built (the serving task then builds it again, and its error
+        takes the path it always has there)."""
         batch = [job for job in assigned if job.state is JobState.QUEUED]
         if not batch:
             return False
