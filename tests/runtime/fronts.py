@@ -1,8 +1,11 @@
 """The HTTP front on a real socket for runtime tests: an app that only answers the ASGI
-lifespan, a plain 500 error body, serving on a free port, reading until the server closes."""
+lifespan, a plain 500 error body, serving on a free port (with a client connected),
+reading until the server closes."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -36,6 +39,24 @@ async def serve_front(
         )
     )
     return front, int(bound[0].rsplit(":", 1)[1])
+
+
+@asynccontextmanager
+async def connected(
+    fast_path: FastPath, **settings: float
+) -> AsyncIterator[tuple[Front, trio.SocketStream, trio.Event]]:
+    """A front with ``fast_path`` (see :func:`serve_front`) and one client connection to it:
+    the front, the connection and the front's shutdown event. On leaving, the connection is
+    closed and the front shut down."""
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        front, port = await serve_front(nursery, shutdown, fast_path, **settings)
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        try:
+            yield front, stream, shutdown
+        finally:
+            await stream.aclose()
+            shutdown.set()
 
 
 async def read_all(stream: trio.SocketStream) -> bytes:

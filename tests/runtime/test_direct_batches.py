@@ -1,19 +1,21 @@
 """Batches that go to an idle worker from the task that submitted them, and end in the frame
 reader, without waking the worker's serving task or the batcher's task
-(``WorkerSupervisor._send_now`` and ``_idle_after_batch``, ``Batcher._apply_now``)."""
+(``WorkerSupervisor._send_now`` and ``_idle_after_batch``, ``Batcher._apply_now``).
+
+The offer to take a full batch behind one sent this way is
+``test_model_runtime.test_a_full_batch_waits_behind_the_running_one_on_the_worker`` (its
+first request goes out directly)."""
 
 from __future__ import annotations
 
 import pytest
 import trio
-import trio.testing
 
-from trioserve.core.messages import BatchReply, Reply, WorkItem
 from trioserve.runtime.connection import WorkerConnection
 from trioserve.runtime.jobs import JobState
 
-from .fakes import FakeLauncher, FakeProcess
-from .test_model_runtime import prefetching_pool, req, result, sequential, settings, start
+from .fakes import FakeLauncher
+from .test_model_runtime import req, result, start
 
 
 class TaskSteps(trio.abc.Instrument):
@@ -77,42 +79,4 @@ async def test_a_frame_the_socket_takes_only_in_part_is_finished_by_the_serving_
         assert flushes == 1
         # The connection is whole: the next frames arrive intact, in order.
         assert [await result(model, str(i)) for i in range(3)] == [b"0", b"1", b"2"]
-        nursery.cancel_scope.cancel()
-
-
-async def test_a_full_batch_queued_while_the_direct_one_runs_is_sent_behind_it() -> None:
-    release = trio.Event()
-
-    async def held(proc: FakeProcess, batch_id: int, items: list[WorkItem]) -> None:
-        await release.wait()
-        replies = [Reply(item.request_id, b"ok") for item in items]
-        await proc.send_reply(BatchReply(batch_id, 200, "", replies, True))
-
-    launcher = FakeLauncher(behaviour=sequential(held))
-    async with trio.open_nursery() as nursery:
-        model = await start(
-            nursery,
-            launcher,
-            model_settings=settings(1, queue=20, batch_size=2, delay_ms=10_000),
-            pool_settings=prefetching_pool(),
-        )
-        done: list[bytes] = []
-
-        async def client(i: int) -> None:
-            done.append(await result(model, str(i)))
-
-        nursery.start_soon(client, 0)
-        await trio.testing.wait_all_tasks_blocked()
-        # The first went out directly, and its offer to take a full batch behind stands.
-        assert [len(batch) for batch in launcher.batches] == [1]
-        for i in (1, 2):
-            nursery.start_soon(client, i)
-        await trio.testing.wait_all_tasks_blocked()
-        assert [len(batch) for batch in launcher.batches] == [1, 2]
-        assert len(model.queue) == 0
-        release.set()
-        with trio.fail_after(5):
-            while len(done) < 3:
-                await trio.sleep(0.01)
-        assert done == [b"ok"] * 3
         nursery.cancel_scope.cancel()

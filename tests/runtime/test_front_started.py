@@ -16,7 +16,7 @@ import trio
 from trioserve.core.http1 import Request
 from trioserve.http.bodies import Answer
 
-from .fronts import read_all, serve_front
+from .fronts import connected, read_all
 
 
 def post(path: str, body: bytes, *extra: bytes) -> bytes:
@@ -110,10 +110,8 @@ async def _read_answers(stream: trio.SocketStream, count: int) -> list[bytes]:
 
 
 async def test_a_started_request_is_answered_by_whoever_delivers_it() -> None:
-    fast, shutdown = FakeFastPath(), trio.Event()
-    async with trio.open_nursery() as nursery:
-        _front, port = await serve_front(nursery, shutdown, fast)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    fast = FakeFastPath()
+    async with connected(fast) as (_front, stream, _shutdown):
         with trio.fail_after(5):
             for round_ in range(3):
                 await stream.send_all(post("/start", b"%d" % round_))
@@ -129,15 +127,11 @@ async def test_a_started_request_is_answered_by_whoever_delivers_it() -> None:
         assert now.startswith(b"HTTP/1.1 201") and now.endswith(b"now:a")
         assert other.startswith(b"HTTP/1.1 200") and other.endswith(b"awaited:b")
         assert fast.awaited == 1
-        await stream.aclose()
-        shutdown.set()
 
 
 async def test_pipelined_requests_are_answered_in_order() -> None:
-    fast, shutdown = FakeFastPath(), trio.Event()
-    async with trio.open_nursery() as nursery:
-        _front, port = await serve_front(nursery, shutdown, fast)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    fast = FakeFastPath()
+    async with connected(fast) as (_front, stream, _shutdown):
         with trio.fail_after(5):
             await stream.send_all(
                 post("/start", b"1") + post("/other", b"2") + post("/start", b"3")
@@ -152,15 +146,11 @@ async def test_pipelined_requests_are_answered_in_order() -> None:
             third.give(Answer(200, [], b"three"))
             answers = await _read_answers(stream, 3)
         assert [a.rsplit(b"\r\n\r\n", 1)[1] for a in answers] == [b"one", b"awaited:2", b"three"]
-        await stream.aclose()
-        shutdown.set()
 
 
 async def test_a_client_that_leaves_cancels_what_it_started() -> None:
-    fast, shutdown = FakeFastPath(), trio.Event()
-    async with trio.open_nursery() as nursery:
-        front, port = await serve_front(nursery, shutdown, fast)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    fast = FakeFastPath()
+    async with connected(fast) as (front, stream, _shutdown):
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x"))
             started = await fast.next_started()
@@ -169,14 +159,11 @@ async def test_a_client_that_leaves_cancels_what_it_started() -> None:
                 await trio.sleep(0.01)
             while front._connections:
                 await trio.sleep(0.01)
-        shutdown.set()
 
 
 async def test_a_drain_waits_for_a_started_answer_then_closes() -> None:
-    fast, shutdown = FakeFastPath(), trio.Event()
-    async with trio.open_nursery() as nursery:
-        _front, port = await serve_front(nursery, shutdown, fast, graceful_timeout=10)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    fast = FakeFastPath()
+    async with connected(fast, graceful_timeout=10) as (_front, stream, shutdown):
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x"))
             started = await fast.next_started()
@@ -187,14 +174,11 @@ async def test_a_drain_waits_for_a_started_answer_then_closes() -> None:
             data = await read_all(stream)  # the answer, then the end
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"late")
         assert b"connection: close" in data.lower()
-        await stream.aclose()
 
 
 async def test_idle_after_a_started_request_closes_quietly() -> None:
-    fast, shutdown = FakeFastPath(), trio.Event()
-    async with trio.open_nursery() as nursery:
-        _front, port = await serve_front(nursery, shutdown, fast, keep_alive_timeout=0.3)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    fast = FakeFastPath()
+    async with connected(fast, keep_alive_timeout=0.3) as (_front, stream, _shutdown):
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x"))
             started = await fast.next_started()
@@ -205,21 +189,17 @@ async def test_idle_after_a_started_request_closes_quietly() -> None:
         assert data.startswith(b"HTTP/1.1 200") and data.endswith(b"slow")
         assert b"408" not in data
         assert 0.2 <= trio.current_time() - began < 2.0
-        await stream.aclose()
-        shutdown.set()
 
 
 async def test_a_streamed_answer_is_finished_by_the_connection() -> None:
-    fast, shutdown = FakeFastPath(), trio.Event()
+    fast = FakeFastPath()
 
     async def pieces() -> AsyncIterator[bytes]:
         for piece in (b"a", b"b", b"c"):
             await trio.sleep(0.01)
             yield piece
 
-    async with trio.open_nursery() as nursery:
-        _front, port = await serve_front(nursery, shutdown, fast)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with connected(fast) as (_front, stream, _shutdown):
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x") + post("/now", b"next"))
             started = await fast.next_started()
@@ -233,16 +213,12 @@ async def test_a_streamed_answer_is_finished_by_the_connection() -> None:
         assert b"transfer-encoding: chunked" in streamed.lower()
         assert streamed.endswith(b"1\r\na\r\n1\r\nb\r\n1\r\nc\r\n")
         assert after.startswith(b"HTTP/1.1 201")
-        await stream.aclose()
-        shutdown.set()
 
 
 async def test_an_answer_bigger_than_the_socket_takes_arrives_whole() -> None:
-    fast, shutdown = FakeFastPath(), trio.Event()
+    fast = FakeFastPath()
     body = bytes(range(256)) * (32 << 10)  # 8 MiB
-    async with trio.open_nursery() as nursery:
-        _front, port = await serve_front(nursery, shutdown, fast)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with connected(fast) as (_front, stream, _shutdown):
         with trio.fail_after(10):
             await stream.send_all(post("/start", b"x") + post("/now", b"after"))
             started = await fast.next_started()
@@ -250,17 +226,13 @@ async def test_an_answer_bigger_than_the_socket_takes_arrives_whole() -> None:
             big, after = await _read_answers(stream, 2)
         assert big.endswith(body)
         assert after.endswith(b"now:after")
-        await stream.aclose()
-        shutdown.set()
 
 
 async def test_an_answer_that_fails_to_build_is_a_500_and_the_connection_closes() -> None:
     """poll() raising runs in the task that delivered the reply: that task goes on, and the
     client gets a 500 naming the error, then the end of the connection."""
-    fast, shutdown = FakeFastPath(), trio.Event()
-    async with trio.open_nursery() as nursery:
-        _front, port = await serve_front(nursery, shutdown, fast)
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+    fast = FakeFastPath()
+    async with connected(fast) as (_front, stream, _shutdown):
         with trio.fail_after(5):
             await stream.send_all(post("/start", b"x"))
             started = await fast.next_started()
@@ -270,5 +242,3 @@ async def test_an_answer_that_fails_to_build_is_a_500_and_the_connection_closes(
         assert b"the answer could not be built" in data
         assert b"connection: close" in data.lower()
         assert started.cancelled
-        await stream.aclose()
-        shutdown.set()

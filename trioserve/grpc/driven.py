@@ -46,7 +46,7 @@ _CLOSING_STEPS = 16
 
 # Iterations of the loop run one after the other while it has callbacks ready (a call's
 # answer, then its task's end), before Trio's tasks get their turn.
-_STEPS_IN_A_ROW = 4
+_STEPS_IN_A_ROW = 5
 
 # The private names of asyncio's selector loop the driver uses.
 _LOOP_NAMES = ("_run_once", "_ready", "_scheduled", "_selector", "_stopping", "_thread_id")
@@ -245,12 +245,11 @@ class DrivenLoop:
         loop = self._loop
         selector = loop._selector.fileno()
         while True:
-            self._step()
             for _ in range(_STEPS_IN_A_ROW):
+                self._step()
                 if not loop._ready:
                     break
-                self._step()
-            if loop._ready:
+            else:
                 await trio.lowlevel.checkpoint()
                 continue
             deadline = math.inf

@@ -386,7 +386,7 @@ class WorkerSupervisor:
         full batch behind the running one)."""
         self._inbox = batch
         conn = self._direct
-        if conn is None or not self._may_send_now() or not self._send_now(conn, batch):
+        if conn is None or not self._may_send_now() or not self._send_now(conn):
             self._wake.set()
 
     def _may_send_now(self) -> bool:
@@ -399,31 +399,33 @@ class WorkerSupervisor:
             and not self._wake.is_set()
         )
 
-    def _send_now(self, conn: WorkerConnection, assigned: list[Job]) -> bool:
-        """Send ``assigned`` from the calling task (the batcher's caller, or the frame reader
-        as a batch ends) while the serving task waits idle, so that a batch costs it no
-        wake-up. False when the serving task must send it after all: nothing of the batch
-        is wanted any more, the connection cannot take a frame without waiting, or the
-        frame could not be built (the serving task then builds it again, and its error
-        takes the path it always has there)."""
-        batch = [job for job in assigned if job.state is JobState.QUEUED]
+    def _send_now(self, conn: WorkerConnection) -> bool:
+        """Send the assigned batch from the calling task (the batcher's caller, or the frame
+        reader as a batch ends) while the serving task waits idle, so that a batch costs it
+        no wake-up. False when the serving task must see to it: nothing of the batch is
+        wanted any more (it reports the worker idle again), or, the batch left assigned,
+        the connection cannot take a frame without waiting or the frame could not be built
+        (it builds it again in ``_send_batch``, where its error takes the path it always
+        has)."""
+        batch = self._claim()
         if not batch:
             return False
         batch_id = self._inflight.send(batch)
         try:
-            sent = conn.send_nowait(self.settings.frame_builder(batch_id, batch))
+            frame = self.settings.frame_builder(batch_id, batch)
+        except Exception:
+            frame = None  # not raised here: this is the submitting task, not the worker's
+        try:
+            sent = frame is not None and conn.send_nowait(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             # The jobs wait in the queue for the restarted worker.
-            self._inbox = None
             self._batcher.requeue(self, self._inflight.unsend(batch_id))
             self._report(WorkerFailure(errors.worker_died(), detail=f"sending failed: {exc}"))
             return True
-        except Exception:
-            sent = False
         if not sent:
             self._inflight.unsend(batch_id)
+            self._inbox = batch
             return False
-        self._inbox = None
         self._offered = False
         self._set_state(WorkerState.BUSY)
         for job in batch:
@@ -446,9 +448,12 @@ class WorkerSupervisor:
         """The frame reader saw a batch sent by :meth:`_send_now` end: report the worker
         idle from here (the next batch may go out at once), as the serving task would.
         False when the serving task must see the end itself."""
-        if self._direct is None or not self._may_send_now() or self._inflight.has_continuing:
-            return False
-        if self._inbox is not None:
+        if (
+            self._direct is None
+            or self._inbox is not None
+            or self._inflight.has_continuing
+            or not self._may_send_now()
+        ):
             return False
         scope = self._idle_scope
         if scope is not None:
