@@ -2,8 +2,10 @@
 input arrives as a row ``{"name", "shape", "datatype", "data"}`` and its answer becomes the
 output named after it. Numbers are doubled (keeping the nested shape), strings reversed,
 bools negated; a plain (non-OIP) request's body is answered as it came. An input named
-``fail`` raises; one named ``batch`` answers how many rows the handler got; one named
-``slow`` is answered like any other, a quarter of a second late."""
+``fail`` raises; one named ``batch`` answers how many rows the handler got, its batch taking
+20 ms (so that requests sent meanwhile queue behind it and leave together, however quickly
+the server hands a lone request to the idle worker); one named ``slow`` is answered like any
+other, a quarter of a second late."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def handle(data: list[dict[str, Any]] | None, context: Any) -> list[Any] | None:
     if data is None:
         return None
     answers: list[Any] = []
+    if any(row.get("name") == "batch" for row in data):
+        time.sleep(0.02)
     for row in data:
         if "datatype" not in row:
             answers.append(row.get("body"))
