@@ -148,7 +148,7 @@ def test_a_worker_crash_fails_exactly_the_sequences_pinned_to_it(server: Server)
                 kept = http.post(
                     "/predictions/stateful", content=b"1", headers={HEADER: sequence_id}
                 )
-                assert kept.status_code == 200 and kept.text.split() == ["2", pid]
+                assert kept.status_code == 200 and kept.text.split() == ["2", pid], kept.text
 
 
 def test_describe_shows_the_sequence_settings(server: Server) -> None:

@@ -15,7 +15,9 @@ from trioserve.core.messages import BatchReply, LoadSpec, Param, Reply, WorkItem
 from trioserve.core.model_settings import ModelSettings, SequenceSettings
 from trioserve.core.request import InferenceRequest
 from trioserve.runtime.dataplane import Dataplane
+from trioserve.runtime.jobs import Job
 from trioserve.runtime.model import ModelVersion, PoolSettings
+from trioserve.runtime.sequence_batcher import SequenceBatcher
 from trioserve.runtime.supervisor import WorkerSettings
 
 from .fakes import FakeLauncher, FakeProcess, OneModelManager
@@ -146,3 +148,52 @@ async def test_a_bookkeeping_fault_closes_the_sequence_and_fails_what_it_queued(
         assert failed.value.kind is ErrorKind.BAD_INPUT and sequence_id in failed.value.message
         assert model.queue.remaining_capacity == model.queue.capacity
         nursery.cancel_scope.cancel()
+
+
+class _GoneOnSend:
+    """A worker that is found gone while its batch is being handed over (as when a frame
+    written to a killed worker breaks): the clock moves on meanwhile, and the batch is given
+    back to the queue from inside ``assign``."""
+
+    def __init__(self, clock: trio.testing.MockClock) -> None:
+        self.clock = clock
+        self.queue: SequenceBatcher | None = None
+        self.batches: list[list[Job]] = []
+
+    def assign(self, batch: list[Job]) -> None:
+        assert self.queue is not None
+        self.batches.append(batch)
+        self.clock.jump(0.5)
+        self.queue.requeue(self, batch)
+
+
+def test_a_batch_given_back_while_it_is_handed_over_leaves_the_queue_running() -> None:
+    """The queue's task asks the policy for its next wake-up after carrying out a pass. A
+    worker that fails inside the pass (its batch given back at a later time) must not make
+    that question go back in time: the queue's task (and with it the model) once died of
+    "time went backwards" when a request was written to a worker just killed."""
+    clock = trio.testing.MockClock()
+
+    async def main() -> None:
+        queue = SequenceBatcher(
+            SequenceSettings(max_idle_msec=0, timeout_msec=0, max_queue=4, max_sequences=4),
+            batch_size=2,
+            id_header="ts_request_sequence_id",
+            end_header="ts_request_sequence_end",
+        )
+        worker = _GoneOnSend(clock)
+        worker.queue = queue
+        async with trio.open_nursery() as nursery:
+            await nursery.start(queue.run)
+            sequence_id, _opened = queue.open(None)
+            job = Job(InferenceRequest("m", None, [Param("data", b"1")], sequence_id=sequence_id))
+            queue.put(job, lambda: ServeError(ErrorKind.UNAVAILABLE, "full"))
+            queue.worker_idle(worker)
+            await trio.testing.wait_all_tasks_blocked()
+            assert worker.batches == [[job]]
+            with pytest.raises(ServeError) as failed:
+                await job.next_reply()
+            assert failed.value.kind is ErrorKind.WORKER_FAILED
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)

@@ -49,9 +49,11 @@ class DecisionLoop(abc.ABC):
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            now = trio.current_time()
-            self._apply(now)
-            wakeup = self._next_wakeup(now)
+            self._apply(trio.current_time())
+            # The clock is read again: what a pass carried out may have told the policy of
+            # later events (a worker failing as its batch is handed over gives the batch
+            # back), and a policy refuses to be asked about a time before them.
+            wakeup = self._next_wakeup(trio.current_time())
             await wait_until(self._changed, math.inf if wakeup is None else wakeup)
             self._changed = trio.Event()
 

@@ -176,7 +176,6 @@ class SequenceBatcher(DecisionLoop):
     def park(self, jobs: Sequence[Job]) -> None:
         """Continuous batching: ``jobs`` were answered "more to come" and go on in their
         worker's next step; each one's sequence may send its next request now."""
-        now = trio.current_time()
         for job in jobs:
             if job in self._parked or job.state is not JobState.RUNNING:
                 continue
@@ -184,7 +183,8 @@ class SequenceBatcher(DecisionLoop):
             assert sequence_id is not None
             self._parked.add(job)
             try:
-                self._policy.park(sequence_id, now)
+                # The clock read for each: a failed one is closed at a later time.
+                self._policy.park(sequence_id, trio.current_time())
             except Exception:
                 self._bookkeeping_failed(job)
         self._changed.set()
